@@ -1,0 +1,1 @@
+"""Fused Triton kernels for NaLa attention, installed as ``nalaformer.kernels``."""

@@ -1,0 +1,2 @@
+from .layers import NaLaAttention, NaLaBlock, NaLaStage
+from .nalaformer import MODEL_ARGS, NaLaFormer, checkpoint_filter_fn

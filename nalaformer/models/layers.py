@@ -1,0 +1,210 @@
+"""Building blocks of NaLaFormer (SPEC §5), channels-first (B, C, H, W) throughout.
+
+Module and parameter names follow the authors' release so that its checkpoints load
+without renaming (``qkvg``, ``lepe``, ``cpe1``, ``norm1.norm``, ``RoPE.angle``, ...).
+"""
+from typing import List, Optional, Sequence
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from timm.layers import DropPath, register_notrace_module
+from timm.models._manipulate import checkpoint
+
+from ..ops.nala import build_attention_kernel, rope_angles, rope_table
+
+__all__ = ['LayerNorm2d', 'NaLaAttention', 'ConvFFN', 'NaLaBlock', 'StageRoPE', 'NaLaStage', 'Downsample', 'Stem']
+
+
+def depthwise_conv(dim: int, kernel_size: int, device=None, dtype=None) -> nn.Conv2d:
+    return nn.Conv2d(dim, dim, kernel_size, padding=kernel_size // 2, groups=dim, device=device, dtype=dtype)
+
+
+class LayerNorm2d(nn.Module):
+    """LayerNorm over the channels of a (B, C, H, W) map (the release's ``norm1.norm`` layout)."""
+
+    def __init__(self, dim: int, eps: float = 1e-6, device=None, dtype=None):
+        super().__init__()
+        self.norm = nn.LayerNorm(dim, eps=eps, device=device, dtype=dtype)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.norm(x.permute(0, 2, 3, 1)).permute(0, 3, 1, 2)
+
+
+class NaLaAttention(nn.Module):
+    """Gated attention block of the release around a kernel from :mod:`nalaformer.ops.nala`.
+
+    tokens -> Linear(C, 4C) -> q, k, v, g;  y = kernel(q, k, v) + LePE(v)  (5x5 depthwise conv);
+    out = out_proj(LayerNorm(y) * SiLU(g)).  ``attn_type='nala'`` is the release's norm-aware
+    linear attention, ``'softmax'`` its softmax blocks; any registered kernel name works.
+
+    Args:
+        dim: channels C. num_heads: heads (head dim C / heads must be divisible by 4 for RoPE).
+        attn_type: kernel name. kernel_kwargs: extra arguments of the kernel (e.g. alpha).
+
+    ``forward(x, rope=None)``: x (B, C, H, W) -> (B, C, H, W). ``rope`` is the (2, H*W, C/heads)
+    table of :func:`rope_table`; when None it is computed for this x's H, W.
+    """
+
+    def __init__(self, dim: int, num_heads: int, attn_type: str = 'nala', kernel_kwargs: Optional[dict] = None,
+                 device=None, dtype=None):
+        super().__init__()
+        if dim % num_heads:
+            raise ValueError(f'dim {dim} is not divisible by num_heads {num_heads}')
+        dd = dict(device=device, dtype=dtype)
+        self.num_heads = num_heads
+        self.head_dim = dim // num_heads
+        self.qkvg = nn.Linear(dim, dim * 4, **dd)
+        self.act = nn.SiLU()
+        self.lepe = depthwise_conv(dim, 5, **dd)
+        self.out_proj = nn.Linear(dim, dim, **dd)
+        self.ln = nn.LayerNorm(dim, **dd)
+        self.kernel = build_attention_kernel(attn_type, **(kernel_kwargs or {}))
+
+    def split_heads(self, x: torch.Tensor) -> torch.Tensor:
+        """(B, N, C) -> (B, heads, N, head_dim)."""
+        return x.unflatten(-1, (self.num_heads, self.head_dim)).transpose(1, 2)
+
+    def forward(self, x: torch.Tensor, rope: Optional[torch.Tensor] = None) -> torch.Tensor:
+        B, C, H, W = x.shape
+        if rope is None:
+            rope = rope_table(rope_angles(self.head_dim, device=x.device), H, W)
+        q, k, v, g = self.qkvg(x.flatten(2).transpose(1, 2)).chunk(4, dim=-1)
+        lepe = self.lepe(v.transpose(1, 2).reshape(B, C, H, W)).flatten(2).transpose(1, 2)
+        y = self.kernel(self.split_heads(q), self.split_heads(k), self.split_heads(v), rope)
+        y = y.transpose(1, 2).flatten(2).to(lepe.dtype) + lepe
+        out = self.out_proj(self.ln(y) * self.act(g))
+        return out.transpose(1, 2).reshape(B, C, H, W)
+
+
+class ConvFFN(nn.Module):
+    """fc1 -> GELU -> (3x3 depthwise conv + residual) -> fc2 on a (B, C, H, W) map."""
+
+    def __init__(self, dim: int, hidden_dim: int, device=None, dtype=None):
+        super().__init__()
+        dd = dict(device=device, dtype=dtype)
+        self.act = nn.GELU()
+        self.fc1 = nn.Linear(dim, hidden_dim, **dd)
+        self.fc2 = nn.Linear(hidden_dim, dim, **dd)
+        self.dwconv = depthwise_conv(hidden_dim, 3, **dd)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        B, C, H, W = x.shape
+        h = self.act(self.fc1(x.flatten(2).transpose(1, 2)))
+        h = h.transpose(1, 2).reshape(B, -1, H, W)
+        h = h + self.dwconv(h)
+        return self.fc2(h.flatten(2).transpose(1, 2)).transpose(1, 2).reshape(B, C, H, W)
+
+
+class NaLaBlock(nn.Module):
+    """x += cpe1(x); x += gamma_1 attn(LN(x)); x += cpe2(x); x += gamma_2 ffn(LN(x)).
+
+    ``layer_scale_init_value=None`` drops the LayerScale parameters (gamma_1, gamma_2).
+    """
+
+    def __init__(self, dim: int, num_heads: int, mlp_ratio: float, attn_type: str = 'nala',
+                 kernel_kwargs: Optional[dict] = None, drop_path: float = 0.,
+                 layer_scale_init_value: Optional[float] = 1.0, device=None, dtype=None):
+        super().__init__()
+        dd = dict(device=device, dtype=dtype)
+        if layer_scale_init_value is None:
+            self.gamma_1 = None
+            self.gamma_2 = None
+        else:
+            self.gamma_1 = nn.Parameter(torch.full((1, dim, 1, 1), float(layer_scale_init_value), **dd))
+            self.gamma_2 = nn.Parameter(torch.full((1, dim, 1, 1), float(layer_scale_init_value), **dd))
+        self.norm1 = LayerNorm2d(dim, **dd)
+        self.attn = NaLaAttention(dim, num_heads, attn_type, kernel_kwargs, **dd)
+        self.drop_path = DropPath(drop_path) if drop_path > 0. else nn.Identity()
+        self.norm2 = LayerNorm2d(dim, **dd)
+        self.ffn = ConvFFN(dim, int(mlp_ratio * dim), **dd)
+        self.cpe1 = depthwise_conv(dim, 3, **dd)
+        self.cpe2 = depthwise_conv(dim, 3, **dd)
+
+    def forward(self, x: torch.Tensor, rope: torch.Tensor) -> torch.Tensor:
+        x = x + self.cpe1(x)
+        y = self.attn(self.norm1(x), rope)
+        if self.gamma_1 is not None:
+            y = self.gamma_1 * y
+        x = x + self.drop_path(y)
+        x = x + self.cpe2(x)
+        y = self.ffn(self.norm2(x))
+        if self.gamma_2 is not None:
+            y = self.gamma_2 * y
+        return x + self.drop_path(y)
+
+
+@register_notrace_module
+class StageRoPE(nn.Module):
+    """Holds a stage's RoPE frequencies (buffer ``angle``, head_dim / 2) and builds the table.
+
+    ``forward(x)``: x (B, C, H, W) -> (2, H*W, head_dim) table for x's H, W, in float32.
+    """
+
+    def __init__(self, head_dim: int, device=None):
+        super().__init__()
+        self.register_buffer('angle', rope_angles(head_dim, device=device))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return rope_table(self.angle.float(), x.shape[-2], x.shape[-1])
+
+
+class Downsample(nn.Module):
+    """3x3 stride-2 conv + BatchNorm (the release's ``downsample.reduction`` / ``.norm``)."""
+
+    def __init__(self, dim: int, out_dim: int, device=None, dtype=None):
+        super().__init__()
+        self.reduction = nn.Conv2d(dim, out_dim, 3, stride=2, padding=1, device=device, dtype=dtype)
+        self.norm = nn.BatchNorm2d(out_dim, device=device, dtype=dtype)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.norm(self.reduction(x))
+
+
+class NaLaStage(nn.Module):
+    """One resolution: shared RoPE table + blocks; ``forward`` returns the stage's feature map.
+
+    The release stores the following stage's downsampling inside this stage (``downsample``);
+    the model applies it after taking the feature map, so features sit at strides 4/8/16/32.
+    """
+
+    def __init__(self, dim: int, depth: int, num_heads: int, mlp_ratio: float, attn_type: str,
+                 out_dim: Optional[int] = None, drop_path: Sequence[float] = (),
+                 layer_scale_init_value: Optional[float] = 1.0, kernel_kwargs: Optional[dict] = None,
+                 device=None, dtype=None):
+        super().__init__()
+        dd = dict(device=device, dtype=dtype)
+        self.grad_checkpointing = False
+        self.RoPE = StageRoPE(dim // num_heads, device=device)
+        drop_path = list(drop_path) or [0.] * depth
+        self.blocks = nn.ModuleList([
+            NaLaBlock(dim, num_heads, mlp_ratio, attn_type, kernel_kwargs, drop_path[i], layer_scale_init_value, **dd)
+            for i in range(depth)])
+        self.downsample = Downsample(dim, out_dim, **dd) if out_dim is not None else None
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        rope = self.RoPE(x)
+        for block in self.blocks:
+            if self.grad_checkpointing and not torch.jit.is_scripting():
+                x = checkpoint(block, x, rope)
+            else:
+                x = block(x, rope)
+        return x
+
+
+class Stem(nn.Module):
+    """Four 3x3 convs (stride 2, 1, 1, 2) with BatchNorm, GELU between: (B, 3, H, W) -> (B, C, H/4, W/4)."""
+
+    def __init__(self, in_chans: int, dim: int, device=None, dtype=None):
+        super().__init__()
+        dd = dict(device=device, dtype=dtype)
+        half = dim // 2
+        layers: List[nn.Module] = []
+        for i, (cin, cout, stride) in enumerate([(in_chans, half, 2), (half, half, 1), (half, half, 1), (half, dim, 2)]):
+            if i:
+                layers.append(nn.GELU())
+            layers += [nn.Conv2d(cin, cout, 3, stride=stride, padding=1, **dd), nn.BatchNorm2d(cout, **dd)]
+        self.proj = nn.Sequential(*layers)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.proj(x)

@@ -1,0 +1,357 @@
+"""NaLaFormer: a hierarchical vision backbone with norm-aware linear attention.
+
+Paper: "NaLaFormer: Norm-Aware Linear Attention for Transformer Models" (arXiv 2506.21137),
+ICML 2026 version "Norm x Direction: Restoring the Missing Query Norm in Vision Linear
+Attention". The models here reproduce the authors' release numerically and keep its
+state-dict layout, so its checkpoints load as they are:
+
+    timm.create_model('nalaformer_t', pretrained=True, pretrained_cfg_overlay=dict(file='nala_t.pth'))
+
+Per-stage attention kernels (``attn_types``) default to the release's hybrid
+``('nala', 'nala', 'softmax', 'softmax')``; ``attn_types='nala'`` makes every stage NaLa.
+"""
+from typing import Dict, List, Optional, Sequence, Tuple, Union
+
+import torch
+import torch.nn as nn
+from timm.data import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD
+from timm.layers import SelectAdaptivePool2d, trunc_normal_
+from timm.models import build_model_with_cfg, generate_default_cfgs, register_model
+from timm.models._features import feature_take_indices
+
+from ..checkpoint import CheckpointError, describe_architecture, read_checkpoint
+from .layers import NaLaStage, Stem
+
+__all__ = ['NaLaFormer', 'MODEL_ARGS', 'checkpoint_filter_fn']
+
+RELEASE_ATTN_TYPES = ('nala', 'nala', 'softmax', 'softmax')
+
+# The release's hyper-parameters (SPEC §5); drop_path_rate is the training recipe's default.
+MODEL_ARGS: Dict[str, dict] = {
+    'nalaformer_xt': dict(embed_dims=(32, 64, 128, 384), depths=(2, 2, 2, 2), num_heads=(1, 2, 4, 12),
+                          mlp_ratios=(3.5,) * 4, drop_path_rate=0.1, layer_scale_init_values=(1., 1., 1., 1.)),
+    'nalaformer_t': dict(embed_dims=(64, 128, 256, 512), depths=(2, 2, 6, 2), num_heads=(1, 2, 4, 8),
+                         mlp_ratios=(4.,) * 4, drop_path_rate=0.1, layer_scale_init_values=(1., 1., 1., 1.)),
+    'nalaformer_s': dict(embed_dims=(64, 128, 320, 512), depths=(3, 5, 9, 3), num_heads=(1, 2, 5, 8),
+                         mlp_ratios=(3.5,) * 4, drop_path_rate=0.15, layer_scale_init_values=(1., 1., 1., 1.)),
+    'nalaformer_b': dict(embed_dims=(96, 192, 384, 512), depths=(4, 6, 12, 6), num_heads=(1, 2, 6, 8),
+                         mlp_ratios=(4.,) * 4, drop_path_rate=0.4, layer_scale_init_values=(1., 1., 1e-6, 1e-6)),
+    'nalaformer_l': dict(embed_dims=(96, 192, 448, 640), depths=(4, 7, 19, 8), num_heads=(1, 2, 7, 10),
+                         mlp_ratios=(3.5,) * 4, drop_path_rate=0.55, layer_scale_init_values=(1e-6,) * 4),
+}
+
+
+def _per_stage(value, num_stages: int, name: str) -> list:
+    """Broadcast a scalar (or str) to every stage; check the length of a sequence."""
+    if value is None or isinstance(value, (str, int, float)):
+        return [value] * num_stages
+    value = list(value)
+    if len(value) != num_stages:
+        raise ValueError(f'{name} has {len(value)} entries but the model has {num_stages} stages: {value}')
+    return value
+
+
+class NaLaFormer(nn.Module):
+    """NaLaFormer backbone and classifier.
+
+    Args:
+        in_chans: input channels. num_classes: classes (0 drops the classifier).
+        global_pool: timm pooling type ('avg' as released, '' for none).
+        embed_dims, depths, num_heads, mlp_ratios: per-stage widths, block counts, heads, FFN ratios.
+        attn_types: per-stage kernel names (a single name applies to every stage).
+        kernel_kwargs: extra arguments of the kernels (e.g. ``dict(alpha=20.)`` for ``nala_cos``).
+        layer_scale_init_values: per-stage LayerScale init (None, or None entries, disables it).
+        head_hidden_size: width of the per-token projection before the classifier (1024).
+        drop_rate: dropout before the classifier. drop_path_rate: stochastic depth, linear over blocks.
+
+    Shapes: ``forward_features`` (B, in_chans, H, W) -> (B, embed_dims[-1], H/32, W/32) (convs round
+    up odd sizes); ``forward_head`` -> (B, num_classes), or (B, head_hidden_size) with pre_logits.
+    """
+
+    def __init__(
+            self,
+            in_chans: int = 3,
+            num_classes: int = 1000,
+            global_pool: str = 'avg',
+            embed_dims: Sequence[int] = (64, 128, 256, 512),
+            depths: Sequence[int] = (2, 2, 6, 2),
+            num_heads: Sequence[int] = (1, 2, 4, 8),
+            mlp_ratios: Union[float, Sequence[float]] = 4.,
+            attn_types: Union[str, Sequence[str]] = RELEASE_ATTN_TYPES,
+            kernel_kwargs: Optional[dict] = None,
+            layer_scale_init_values: Union[None, float, Sequence[Optional[float]]] = 1.,
+            head_hidden_size: int = 1024,
+            drop_rate: float = 0.,
+            drop_path_rate: float = 0.,
+            device=None,
+            dtype=None,
+    ):
+        super().__init__()
+        dd = dict(device=device, dtype=dtype)
+        num_stages = len(depths)
+        embed_dims = _per_stage(embed_dims, num_stages, 'embed_dims')
+        num_heads = _per_stage(num_heads, num_stages, 'num_heads')
+        mlp_ratios = _per_stage(mlp_ratios, num_stages, 'mlp_ratios')
+        attn_types = _per_stage(attn_types, num_stages, 'attn_types')
+        layer_scale_init_values = _per_stage(layer_scale_init_values, num_stages, 'layer_scale_init_values')
+        self.num_classes = num_classes
+        self.in_chans = in_chans
+        self.drop_rate = drop_rate
+        self.attn_types = tuple(attn_types)
+        self.num_features = embed_dims[-1]
+        self.head_hidden_size = head_hidden_size
+        self.grad_checkpointing = False
+
+        self.patch_embed = Stem(in_chans, embed_dims[0], **dd)
+        dpr = torch.linspace(0, drop_path_rate, sum(depths)).tolist()
+        self.layers = nn.ModuleList()
+        self.feature_info = []
+        for i in range(num_stages):
+            first = sum(depths[:i])
+            self.layers.append(NaLaStage(
+                embed_dims[i], depths[i], num_heads[i], mlp_ratios[i], attn_types[i],
+                out_dim=embed_dims[i + 1] if i + 1 < num_stages else None,
+                drop_path=dpr[first:first + depths[i]],
+                layer_scale_init_value=layer_scale_init_values[i],
+                kernel_kwargs=kernel_kwargs, **dd))
+            self.feature_info.append(dict(num_chs=embed_dims[i], reduction=4 * 2 ** i, module=f'layers.{i}'))
+
+        # Head as released: per-token Linear -> BatchNorm -> Swish -> pool -> 1x1 conv classifier.
+        self.proj = nn.Linear(self.num_features, head_hidden_size, **dd)
+        self.norm = nn.BatchNorm2d(head_hidden_size, **dd)
+        self.act = nn.SiLU()
+        self.global_pool = SelectAdaptivePool2d(pool_type=global_pool)
+        self.head_drop = nn.Dropout(drop_rate)
+        self.head = self._make_classifier(num_classes)
+        self.apply(self._init_weights)
+
+    def _make_classifier(self, num_classes: int) -> nn.Module:
+        if num_classes <= 0:
+            return nn.Identity()
+        ref = self.proj.weight if isinstance(self.proj, nn.Linear) else next(self.parameters())
+        in_chs = self.head_hidden_size * self.global_pool.feat_mult()
+        return nn.Conv2d(in_chs, num_classes, 1, device=ref.device, dtype=ref.dtype)
+
+    @staticmethod
+    def _init_weights(m: nn.Module):
+        # As released: only convolutions are re-initialised; Linear keeps PyTorch's default init.
+        if isinstance(m, nn.Conv2d):
+            trunc_normal_(m.weight, std=.02)
+            if m.bias is not None:
+                nn.init.zeros_(m.bias)
+
+    @torch.jit.ignore
+    def no_weight_decay(self) -> set:
+        # Norms, biases and LayerScale are excluded by timm's optimizer factory (ndim <= 1 or listed here).
+        return {n for n, _ in self.named_parameters() if n.endswith(('gamma_1', 'gamma_2'))}
+
+    @torch.jit.ignore
+    def group_matcher(self, coarse: bool = False) -> dict:
+        return dict(
+            stem=r'^patch_embed',
+            blocks=r'^layers\.(\d+)' if coarse else [
+                (r'^layers\.(\d+)\.downsample', (0,)),
+                (r'^layers\.(\d+)\.blocks\.(\d+)', None),
+                (r'^layers\.(\d+)\.RoPE', (0,)),
+                (r'^proj|^norm', (99999,)),
+            ],
+        )
+
+    @torch.jit.ignore
+    def set_grad_checkpointing(self, enable: bool = True):
+        self.grad_checkpointing = enable
+        for stage in self.layers:
+            stage.grad_checkpointing = enable
+
+    @torch.jit.ignore
+    def get_classifier(self) -> nn.Module:
+        return self.head
+
+    def reset_classifier(self, num_classes: int, global_pool: Optional[str] = None):
+        self.num_classes = num_classes
+        if global_pool is not None:
+            self.global_pool = SelectAdaptivePool2d(pool_type=global_pool)
+        self.head = self._make_classifier(num_classes)
+
+    @torch.jit.ignore
+    def load_pretrained(self, checkpoint_path: str, prefer_ema: bool = False):
+        """Load a checkpoint of ours or of the release (.pth or .safetensors) with clear errors."""
+        state_dict = checkpoint_filter_fn(read_checkpoint(checkpoint_path, prefer_ema=prefer_ema), self)
+        result = self.load_state_dict(state_dict, strict=False)
+        missing = [k for k in result.missing_keys if not k.startswith('head.')]
+        if missing or result.unexpected_keys:
+            raise CheckpointError(
+                f'{checkpoint_path} does not fit this model: missing keys {missing}, '
+                f'unexpected keys {result.unexpected_keys}')
+        return result
+
+    def forward_intermediates(
+            self,
+            x: torch.Tensor,
+            indices: Optional[Union[int, List[int]]] = None,
+            norm: bool = False,
+            stop_early: bool = False,
+            output_fmt: str = 'NCHW',
+            intermediates_only: bool = False,
+    ) -> Union[List[torch.Tensor], Tuple[torch.Tensor, List[torch.Tensor]]]:
+        """Stage outputs at strides 4/8/16/32 (``indices``: which, or the last n), and the final map.
+
+        ``norm`` is accepted for timm compatibility; the stages have no output norm.
+        """
+        if output_fmt != 'NCHW':
+            raise ValueError(f"output_fmt must be 'NCHW', got {output_fmt!r}")
+        take_indices, max_index = feature_take_indices(len(self.layers), indices)
+        stages = self.layers if not (stop_early or torch.jit.is_scripting()) else self.layers[:max_index + 1]
+        intermediates = []
+        x = self.patch_embed(x)
+        for i, stage in enumerate(stages):
+            x = stage(x)
+            if i in take_indices:
+                intermediates.append(x)
+            if stage.downsample is not None:
+                x = stage.downsample(x)
+        if intermediates_only:
+            return intermediates
+        return x, intermediates
+
+    def prune_intermediate_layers(self, indices: Union[int, List[int]] = 1, prune_norm: bool = False,
+                                  prune_head: bool = True) -> List[int]:
+        """Drop the stages after the last requested one (and the head) for feature extraction."""
+        take_indices, max_index = feature_take_indices(len(self.layers), indices)
+        self.layers = self.layers[:max_index + 1]
+        if self.layers[-1].downsample is not None:
+            self.layers[-1].downsample = None
+        if prune_head:
+            self.proj = nn.Identity()
+            self.norm = nn.Identity()
+            self.reset_classifier(0, '')
+        return take_indices
+
+    def forward_features(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.patch_embed(x)
+        for stage in self.layers:
+            x = stage(x)
+            if stage.downsample is not None:
+                x = stage.downsample(x)
+        return x
+
+    def forward_head(self, x: torch.Tensor, pre_logits: bool = False) -> torch.Tensor:
+        x = self.proj(x.permute(0, 2, 3, 1)).permute(0, 3, 1, 2)
+        x = self.head_drop(self.global_pool(self.act(self.norm(x))))
+        if not pre_logits:
+            x = self.head(x)
+        return x if self.global_pool.is_identity() else x.flatten(1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.forward_head(self.forward_features(x))
+
+
+def checkpoint_filter_fn(state_dict: Dict[str, torch.Tensor], model: NaLaFormer) -> Dict[str, torch.Tensor]:
+    """Map a release-layout (or our own) state dict onto ``model``.
+
+    The layouts are identical, so this only strips wrappers (``module.``, ``_orig_mod.``), drops a
+    classifier of another number of classes (fine-tuning) and checks the architecture: a
+    checkpoint of another variant raises :class:`CheckpointError` naming the variant it looks like.
+    """
+    state_dict = {_strip_wrappers(k): v for k, v in state_dict.items()}
+    own = model.state_dict()
+    head_keys = [k for k in ('head.weight', 'head.bias') if k in state_dict]
+    for key in head_keys:
+        if key not in own or own[key].shape != state_dict[key].shape:
+            del state_dict[key]  # another number of classes: keep the model's fresh classifier
+    mismatched = [k for k, v in state_dict.items() if k in own and own[k].shape != v.shape]
+    if mismatched or set(own) - set(state_dict) - {'head.weight', 'head.bias'}:
+        theirs = describe_architecture(state_dict)
+        mine = describe_architecture(own)
+        if theirs != mine:
+            raise CheckpointError(
+                f'checkpoint is for another architecture: it looks like {_name_architecture(theirs)} '
+                f'but the model is {_name_architecture(mine)}. Create the model that matches the checkpoint '
+                f'(e.g. timm.create_model({_variant_of(theirs) or "<variant>"!r}, ...)).')
+        if mismatched:
+            raise CheckpointError(f'checkpoint tensors have the wrong shape for this model: {mismatched[:5]}')
+    return state_dict
+
+
+def _strip_wrappers(key: str) -> str:
+    for prefix in ('module.', '_orig_mod.'):
+        if key.startswith(prefix):
+            key = key[len(prefix):]
+    return key
+
+
+def _variant_of(arch: dict) -> Optional[str]:
+    for name, args in MODEL_ARGS.items():
+        if all(tuple(arch.get(k, ())) == tuple(args[k]) for k in ('embed_dims', 'depths', 'num_heads', 'mlp_ratios')):
+            return name
+    return None
+
+
+def _name_architecture(arch: dict) -> str:
+    variant = _variant_of(arch)
+    described = ', '.join(f'{k}={list(v) if isinstance(v, tuple) else v}' for k, v in arch.items())
+    return f'{variant} ({described})' if variant else f'an unknown configuration ({described})'
+
+
+def _create_nalaformer(variant: str, pretrained: bool = False, **kwargs) -> NaLaFormer:
+    if pretrained:
+        overlay = kwargs.get('pretrained_cfg_overlay') or {}
+        if not (overlay.get('file') or overlay.get('state_dict')):
+            raise ValueError(
+                f'{variant}: no weights are hosted for download; pass a local checkpoint with '
+                f"pretrained_cfg_overlay=dict(file='path/to/checkpoint.pth' or '.safetensors')")
+    model_args = dict(MODEL_ARGS[variant])
+    model_args.update(kwargs)
+    return build_model_with_cfg(
+        NaLaFormer, variant, pretrained,
+        pretrained_filter_fn=checkpoint_filter_fn,
+        feature_cfg=dict(out_indices=(0, 1, 2, 3), feature_cls='getter'),
+        **model_args,
+    )
+
+
+def _cfg(**kwargs) -> dict:
+    return {
+        'url': '',
+        'num_classes': 1000, 'input_size': (3, 224, 224), 'pool_size': (7, 7),
+        'crop_pct': 0.875, 'interpolation': 'bicubic', 'fixed_input_size': False,
+        'mean': IMAGENET_DEFAULT_MEAN, 'std': IMAGENET_DEFAULT_STD,
+        'first_conv': 'patch_embed.proj.0', 'classifier': 'head',
+        'custom_load': True, 'paper_ids': 'arXiv:2506.21137',
+        'paper_name': 'NaLaFormer: Norm-Aware Linear Attention for Transformer Models',
+        'origin_url': 'https://github.com/ZacharyMeng/NaLaFormer',
+        **kwargs,
+    }
+
+
+default_cfgs = generate_default_cfgs({name: _cfg() for name in MODEL_ARGS})
+
+
+@register_model
+def nalaformer_xt(pretrained: bool = False, **kwargs) -> NaLaFormer:
+    """NaLaFormer-XT: 6.14M params as released (the paper's table says 8M)."""
+    return _create_nalaformer('nalaformer_xt', pretrained=pretrained, **kwargs)
+
+
+@register_model
+def nalaformer_t(pretrained: bool = False, **kwargs) -> NaLaFormer:
+    """NaLaFormer-T: 15.91M params as released (mlp ratio 4; the paper's 15M matches 3.5)."""
+    return _create_nalaformer('nalaformer_t', pretrained=pretrained, **kwargs)
+
+
+@register_model
+def nalaformer_s(pretrained: bool = False, **kwargs) -> NaLaFormer:
+    """NaLaFormer-S: 25.65M params."""
+    return _create_nalaformer('nalaformer_s', pretrained=pretrained, **kwargs)
+
+
+@register_model
+def nalaformer_b(pretrained: bool = False, **kwargs) -> NaLaFormer:
+    """NaLaFormer-B: 52.00M params."""
+    return _create_nalaformer('nalaformer_b', pretrained=pretrained, **kwargs)
+
+
+@register_model
+def nalaformer_l(pretrained: bool = False, **kwargs) -> NaLaFormer:
+    """NaLaFormer-L: 95.43M params."""
+    return _create_nalaformer('nalaformer_l', pretrained=pretrained, **kwargs)
