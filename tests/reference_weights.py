@@ -20,11 +20,13 @@ def deterministic_value(key: str, like: torch.Tensor, seed: int) -> torch.Tensor
     if leaf == 'running_mean' or leaf == 'bias':
         return 0.1 * randn
     if leaf in ('gamma_1', 'gamma_2'):
-        return 0.5 + 0.1 * randn
+        return 0.1 + 0.02 * randn
     if like.ndim <= 1:  # LayerNorm / BatchNorm weights
         return 1.0 + 0.1 * randn
     fan_in = like[0].numel()
-    return randn * fan_in ** -0.5
+    # depthwise convs sit on residual paths (x + cpe(x)): keep them small so depth does not blow up
+    gain = 0.2 if like.ndim == 4 and like.shape[1] == 1 else 1.0
+    return randn * gain * fan_in ** -0.5
 
 
 def fill_deterministic(module: torch.nn.Module, seed: int = 0) -> torch.nn.Module:

@@ -15,7 +15,7 @@ from typing import Dict, List, Optional, Sequence, Tuple, Union
 import torch
 import torch.nn as nn
 from timm.data import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD
-from timm.layers import SelectAdaptivePool2d, trunc_normal_
+from timm.layers import SelectAdaptivePool2d, calculate_drop_path_rates, trunc_normal_
 from timm.models import build_model_with_cfg, generate_default_cfgs, register_model
 from timm.models._features import feature_take_indices
 
@@ -103,15 +103,14 @@ class NaLaFormer(nn.Module):
         self.grad_checkpointing = False
 
         self.patch_embed = Stem(in_chans, embed_dims[0], **dd)
-        dpr = torch.linspace(0, drop_path_rate, sum(depths)).tolist()
+        dpr = calculate_drop_path_rates(drop_path_rate, list(depths), stagewise=True)
         self.layers = nn.ModuleList()
         self.feature_info = []
         for i in range(num_stages):
-            first = sum(depths[:i])
             self.layers.append(NaLaStage(
                 embed_dims[i], depths[i], num_heads[i], mlp_ratios[i], attn_types[i],
                 out_dim=embed_dims[i + 1] if i + 1 < num_stages else None,
-                drop_path=dpr[first:first + depths[i]],
+                drop_path=dpr[i],
                 layer_scale_init_value=layer_scale_init_values[i],
                 kernel_kwargs=kernel_kwargs, **dd))
             self.feature_info.append(dict(num_chs=embed_dims[i], reduction=4 * 2 ** i, module=f'layers.{i}'))
@@ -170,8 +169,8 @@ class NaLaFormer(nn.Module):
     def reset_classifier(self, num_classes: int, global_pool: Optional[str] = None):
         self.num_classes = num_classes
         if global_pool is not None:
-            self.global_pool = SelectAdaptivePool2d(pool_type=global_pool)
-        self.head = self._make_classifier(num_classes)
+            self.global_pool = SelectAdaptivePool2d(pool_type=global_pool).train(self.training)
+        self.head = self._make_classifier(num_classes).train(self.training)
 
     @torch.jit.ignore
     def load_pretrained(self, checkpoint_path: str, prefer_ema: bool = False):
@@ -295,11 +294,14 @@ def _name_architecture(arch: dict) -> str:
 
 def _create_nalaformer(variant: str, pretrained: bool = False, **kwargs) -> NaLaFormer:
     if pretrained:
-        overlay = kwargs.get('pretrained_cfg_overlay') or {}
+        overlay = dict(kwargs.get('pretrained_cfg_overlay') or {})
         if not (overlay.get('file') or overlay.get('state_dict')):
             raise ValueError(
                 f'{variant}: no weights are hosted for download; pass a local checkpoint with '
                 f"pretrained_cfg_overlay=dict(file='path/to/checkpoint.pth' or '.safetensors')")
+        # Read files with our loader (NaLaFormer.load_pretrained): safe, and with errors that name the problem.
+        overlay.setdefault('custom_load', bool(overlay.get('file')))
+        kwargs['pretrained_cfg_overlay'] = overlay
     model_args = dict(MODEL_ARGS[variant])
     model_args.update(kwargs)
     return build_model_with_cfg(
@@ -317,7 +319,7 @@ def _cfg(**kwargs) -> dict:
         'crop_pct': 0.875, 'interpolation': 'bicubic', 'fixed_input_size': False,
         'mean': IMAGENET_DEFAULT_MEAN, 'std': IMAGENET_DEFAULT_STD,
         'first_conv': 'patch_embed.proj.0', 'classifier': 'head',
-        'custom_load': True, 'paper_ids': 'arXiv:2506.21137',
+        'paper_ids': 'arXiv:2506.21137',
         'paper_name': 'NaLaFormer: Norm-Aware Linear Attention for Transformer Models',
         'origin_url': 'https://github.com/ZacharyMeng/NaLaFormer',
         **kwargs,

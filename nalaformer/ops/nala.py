@@ -14,7 +14,7 @@ state dict) registered by name; :func:`build_attention_kernel` makes one from th
 name used in configs (``'nala'``, ``'softmax'``, ...).
 """
 import math
-from typing import Dict, Tuple, Type
+from typing import Dict, Optional, Tuple, Type
 
 import torch
 import torch.nn as nn
@@ -40,7 +40,7 @@ DIRECTION_EPS = 1e-12
 # ----------------------------------------------------------------------------------------------
 # 2D rotary position embedding (SPEC §4)
 # ----------------------------------------------------------------------------------------------
-def rope_angles(head_dim: int, device: torch.device = None) -> torch.Tensor:
+def rope_angles(head_dim: int, device: Optional[torch.device] = None) -> torch.Tensor:
     """Rotation frequencies, shape (head_dim // 2,): head_dim // 4 frequencies, each twice."""
     if head_dim % 4:
         raise ValueError(f'2D RoPE needs a head dim divisible by 4 (rows and columns, pairs), got {head_dim}')
@@ -80,10 +80,10 @@ def apply_rope(x: torch.Tensor, rope: torch.Tensor) -> torch.Tensor:
 # ----------------------------------------------------------------------------------------------
 # Feature maps (SPEC §2-§3)
 # ----------------------------------------------------------------------------------------------
-def norm_and_direction(x: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+def norm_and_direction(x: torch.Tensor, eps: float = DIRECTION_EPS) -> Tuple[torch.Tensor, torch.Tensor]:
     """Norm x direction decomposition over the last dim: |x| of shape (..., 1) and x / |x|."""
     norm = torch.linalg.vector_norm(x, dim=-1, keepdim=True)
-    return norm, x / norm.clamp_min(DIRECTION_EPS)
+    return norm, x / norm.clamp_min(eps)
 
 
 def sign_split(x: torch.Tensor) -> torch.Tensor:
@@ -91,9 +91,9 @@ def sign_split(x: torch.Tensor) -> torch.Tensor:
     return torch.cat([F.relu(x), F.relu(-x)], dim=-1)
 
 
-def query_power(q_norm: torch.Tensor) -> torch.Tensor:
+def query_power(q_norm: torch.Tensor, lam: float = LAMBDA, tau: float = TAU) -> torch.Tensor:
     """Norm-aware power p(|q|) = lambda * (tau + tanh(|q|))."""
-    return LAMBDA * (TAU + torch.tanh(q_norm))
+    return lam * (tau + torch.tanh(q_norm))
 
 
 def signed_power(x: torch.Tensor, power: float) -> torch.Tensor:
@@ -103,14 +103,14 @@ def signed_power(x: torch.Tensor, power: float) -> torch.Tensor:
     return x.sign() * x.abs().pow(power)
 
 
-def nala_feature_maps(q: torch.Tensor, k: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+def nala_feature_maps(q: torch.Tensor, k: torch.Tensor, lam: float = LAMBDA) -> Tuple[torch.Tensor, torch.Tensor]:
     """Released NaLa: phi_q = [d(q)+, d(q)-]^p(|q|), phi_k = [k^3 +, k^3 -].
 
     phi_q . phi_k = sum_i |d(q)_i|^p |k_i|^3 [sign q_i == sign k_i].
     """
     q_norm, q_dir = norm_and_direction(q)
     phi_q = sign_split(q_dir).pow(query_power(q_norm))
-    phi_k = sign_split(signed_power(k, LAMBDA))
+    phi_k = sign_split(signed_power(k, lam))
     return phi_q, phi_k
 
 
@@ -120,12 +120,13 @@ def cosine_inhibit(direction: torch.Tensor, alpha: float) -> torch.Tensor:
     return torch.cat([angle.cos(), angle.sin()], dim=-1)
 
 
-def nala_cos_feature_maps(q: torch.Tensor, k: torch.Tensor, alpha: float) -> Tuple[torch.Tensor, torch.Tensor]:
+def nala_cos_feature_maps(q: torch.Tensor, k: torch.Tensor, alpha: float,
+                          lam: float = LAMBDA) -> Tuple[torch.Tensor, torch.Tensor]:
     """The paper's continuous form; equals :func:`nala_feature_maps` as alpha -> infinity."""
     q_norm, q_dir = norm_and_direction(q)
     _, k_dir = norm_and_direction(k)
     q_magnitude = q_dir.abs().pow(query_power(q_norm))
-    k_magnitude = k.abs().pow(LAMBDA)
+    k_magnitude = k.abs().pow(lam)
     phi_q = torch.cat([q_magnitude, q_magnitude], dim=-1) * cosine_inhibit(q_dir, alpha)
     phi_k = torch.cat([k_magnitude, k_magnitude], dim=-1) * cosine_inhibit(k_dir, alpha)
     return phi_q, phi_k
@@ -134,13 +135,14 @@ def nala_cos_feature_maps(q: torch.Tensor, k: torch.Tensor, alpha: float) -> Tup
 # ----------------------------------------------------------------------------------------------
 # Contractions
 # ----------------------------------------------------------------------------------------------
-def linear_attention(phi_q: torch.Tensor, phi_k: torch.Tensor, v: torch.Tensor, rope: torch.Tensor) -> torch.Tensor:
+def linear_attention(phi_q: torch.Tensor, phi_k: torch.Tensor, v: torch.Tensor, rope: torch.Tensor,
+                     eps: float = NORMALISER_EPS) -> torch.Tensor:
     """out_i = phi_q_rot_i . (sum_j phi_k_rot_j v_j / N) / (phi_q_i . mean_j phi_k_j + eps).
 
     RoPE acts on the numerator only. Cost O(N F d); the state is F x d, never N x N.
     """
     n = v.shape[-2]
-    normaliser = phi_q @ phi_k.mean(dim=-2, keepdim=True).transpose(-2, -1) + NORMALISER_EPS
+    normaliser = phi_q @ phi_k.mean(dim=-2, keepdim=True).transpose(-2, -1) + eps
     state = (apply_rope(phi_k, rope).transpose(-2, -1) * n ** -0.5) @ (v * n ** -0.5)
     return apply_rope(phi_q, rope) @ state / normaliser
 
@@ -251,7 +253,7 @@ class FocusedKernel(AttentionKernel):
         x = F.relu(x)
         powered = x.pow(self.power)
         scale = torch.linalg.vector_norm(x, dim=-1, keepdim=True)
-        return powered * (scale / torch.linalg.vector_norm(powered, dim=-1, keepdim=True).clamp_min(DIRECTION_EPS))
+        return powered * (scale / torch.linalg.vector_norm(powered, dim=-1, keepdim=True).clamp_min(1e-12))
 
     def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, rope: torch.Tensor) -> torch.Tensor:
         return linear_attention(self.focus(q), self.focus(k), v, rope)

@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# Set up a fresh machine for nalaformer: every install step, idempotent and cached.
+#
+#   bash scripts/setup.sh
+#
+# Installs into the Python that runs it (PYTHON, default python3; use a venv/conda env if
+# you prefer): the pinned core requirements, this package (editable), the OpenMMLab stack
+# with mmcv built from source (cached wheel, ~25 min once, seconds afterwards) and timm's
+# own model test-suite (from timm's sdist, used by tests/test_timm_suite.py).
+# Environment: PYTHON, NALAFORMER_CACHE (default ~/.cache/nalaformer), SKIP_OPENMMLAB=1.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+PYTHON=${PYTHON:-python3}
+CACHE=${NALAFORMER_CACHE:-$HOME/.cache/nalaformer}
+export PYTHON NALAFORMER_CACHE=$CACHE
+log() { echo "[setup] $*"; }
+START=$SECONDS
+
+log "core requirements into $("$PYTHON" -c 'import sys; print(sys.executable)')"
+"$PYTHON" -m pip install --quiet --disable-pip-version-check -r requirements.txt
+"$PYTHON" -m pip install --quiet --disable-pip-version-check --no-deps --no-build-isolation -e .
+
+if [ "${SKIP_OPENMMLAB:-0}" != 1 ]; then
+    bash scripts/install_openmmlab.sh
+fi
+
+# timm's tests/ ship only in its sdist; keep the copy matching the installed timm.
+TIMM_VERSION=$("$PYTHON" -c 'import timm; print(timm.__version__)')
+TIMM_TESTS=$CACHE/timm-$TIMM_VERSION-tests
+if [ ! -f "$TIMM_TESTS/test_models.py" ]; then
+    log "fetching timm $TIMM_VERSION test-suite"
+    tmp=$(mktemp -d)
+    "$PYTHON" -m pip download --quiet --disable-pip-version-check --no-deps --no-binary :all: \
+        "timm==$TIMM_VERSION" -d "$tmp"
+    tar -xzf "$tmp"/timm-"$TIMM_VERSION".tar.gz -C "$tmp"
+    mkdir -p "$CACHE"
+    rm -rf "$TIMM_TESTS" && mv "$tmp/timm-$TIMM_VERSION/tests" "$TIMM_TESTS"
+    rm -rf "$tmp"
+fi
+
+"$PYTHON" - <<'PY'
+import timm, torch, nalaformer
+assert 'nalaformer_t' in timm.list_models('nalaformer_*'), 'nalaformer models are not registered in timm'
+print(f'[setup] ok: torch {torch.__version__}, timm {timm.__version__}, nalaformer {nalaformer.__version__}')
+PY
+log "done in $((SECONDS - START)) s"

@@ -1,0 +1,45 @@
+"""timm's own model test-suite (tests/test_models.py of the installed timm), run on our models.
+
+scripts/setup.sh puts timm's tests (from its sdist) in $NALAFORMER_CACHE/timm-<version>-tests.
+Our family is added to the list of modules with forward_intermediates() support, so the
+feature and intermediate tests run for it too; then every test whose id names one of our
+models runs: forward/backward, default cfgs, features, intermediates, TorchScript, FX.
+"""
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import timm
+
+CACHE = Path(os.environ.get('NALAFORMER_CACHE', Path.home() / '.cache' / 'nalaformer'))
+TIMM_TESTS = CACHE / f'timm-{timm.__version__}-tests'
+
+
+@pytest.mark.slow
+def test_timm_model_suite_passes_for_nalaformer(tmp_path):
+    source = TIMM_TESTS / 'test_models.py'
+    assert source.is_file(), f'{source} is missing: run `bash scripts/setup.sh` first'
+    text = source.read_text()
+    anchor = 'FEAT_INTER_FILTERS = ['
+    assert anchor in text, 'timm test-suite layout changed: FEAT_INTER_FILTERS not found'
+    (tmp_path / 'test_models.py').write_text(text.replace(anchor, anchor + "'nalaformer', ", 1))
+    shutil.copy(TIMM_TESTS / 'conftest.py', tmp_path / 'conftest.py')
+    result = subprocess.run(
+        [sys.executable, '-m', 'pytest', '-p', 'nalaformer', '-p', 'no:cacheprovider', '-v', '-W', 'ignore',
+         '-k', 'nalaformer', 'test_models.py'],
+        cwd=tmp_path, capture_output=True, text=True, timeout=3000)
+    summary = result.stdout.strip().splitlines()[-1] if result.stdout.strip() else ''
+    assert result.returncode == 0, result.stdout[-6000:] + result.stderr[-2000:]
+    assert 'passed' in summary and 'failed' not in summary and 'error' not in summary, summary
+    passed = {line.split(' ')[0].split('::')[1] for line in result.stdout.splitlines() if line.endswith('PASSED')
+              or ' PASSED ' in line}
+    for test in ('test_model_forward', 'test_model_backward', 'test_model_default_cfgs',
+                 'test_model_forward_features', 'test_model_forward_intermediates',
+                 'test_model_forward_intermediates_features', 'test_model_forward_torchscript',
+                 'test_model_forward_fx', 'test_model_backward_fx', 'test_model_forward_fx_torchscript'):
+        for variant in ('xt', 't', 's', 'b', 'l'):
+            batch = 2 if 'backward' in test else 1
+            assert f'{test}[{batch}-nalaformer_{variant}]' in passed, f'{test} did not pass for nalaformer_{variant}'
