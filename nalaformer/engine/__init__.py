@@ -1,0 +1,11 @@
+"""What mmengine needs for classification with timm models; importing registers it all.
+
+Everything else (Runner, optimizers, schedulers, EMA, logging, checkpoint hooks) is
+mmengine's own; data augmentation, Mixup/CutMix and losses are timm's.
+"""
+from .checkpoint import NaLaRunner, ResumableCheckpointHook, check_state_dict_fits
+from .classifier import TimmClassifier
+from .data import ImageFolderDataset, RepeatAugSampler
+from .hooks import DualEMAHook, EpochSeedHook
+from .metrics import Accuracy
+from .optim import CPUAmpOptimWrapper

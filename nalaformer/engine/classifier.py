@@ -1,0 +1,63 @@
+"""mmengine model wrapper around a timm classifier (any timm model name, ours included)."""
+from typing import Dict, List, Optional, Union
+
+import timm
+import torch
+from mmengine.model import BaseModel
+from mmengine.registry import MODELS
+from timm.data import Mixup
+from timm.loss import LabelSmoothingCrossEntropy, SoftTargetCrossEntropy
+
+
+@MODELS.register_module()
+class TimmClassifier(BaseModel):
+    """``timm.create_model(arch, **model_kwargs)`` trained with timm's Mixup/CutMix and losses.
+
+    Args:
+        arch: timm model name (e.g. ``'nalaformer_t'``); unknown keyword arguments go to the model,
+            which rejects the ones it does not know.
+        pretrained: checkpoint to start from (ours, the release's, ``.pth`` or ``.safetensors``);
+            a classifier of another number of classes is dropped (fine-tuning).
+        mixup: timm ``Mixup`` arguments (``num_classes`` and ``label_smoothing`` are filled in) or None.
+        label_smoothing: smoothing of the targets (inside Mixup when it is on).
+        grad_checkpointing: trade compute for memory in every stage.
+
+    ``forward(inputs, data_samples, mode)``: inputs (B, C, H, W) float, data_samples (B,) int64 labels;
+    'loss' -> dict(loss), 'predict' -> list of dict(logits (num_classes,), label ()), 'tensor' -> logits.
+    """
+
+    def __init__(self, arch: str, pretrained: Optional[str] = None, mixup: Optional[dict] = None,
+                 label_smoothing: float = 0.0, grad_checkpointing: bool = False,
+                 data_preprocessor: Optional[dict] = None, init_cfg: Optional[dict] = None, **model_kwargs):
+        super().__init__(data_preprocessor=data_preprocessor, init_cfg=init_cfg)
+        if arch not in timm.list_models():
+            close = timm.list_models(f'*{arch.split("_")[0]}*')[:10]
+            raise ValueError(f'unknown timm model {arch!r} (model.arch); similar names: {close}')
+        if pretrained:
+            model_kwargs.update(pretrained=True, pretrained_cfg_overlay=dict(file=str(pretrained)))
+        self.model = timm.create_model(arch, **model_kwargs)
+        if grad_checkpointing:
+            self.model.set_grad_checkpointing(True)
+        num_classes = self.model.num_classes
+        self.mixup = Mixup(**{**mixup, 'label_smoothing': label_smoothing, 'num_classes': num_classes}) \
+            if mixup else None
+        if self.mixup is not None:
+            self.criterion = SoftTargetCrossEntropy()
+        elif label_smoothing > 0:
+            self.criterion = LabelSmoothingCrossEntropy(smoothing=label_smoothing)
+        else:
+            self.criterion = torch.nn.CrossEntropyLoss()
+
+    def forward(self, inputs: torch.Tensor, data_samples: Optional[torch.Tensor] = None,
+                mode: str = 'tensor') -> Union[Dict[str, torch.Tensor], List[dict], torch.Tensor]:
+        if mode == 'loss':
+            targets = data_samples
+            if self.mixup is not None:
+                inputs, targets = self.mixup(inputs, targets)
+            return dict(loss=self.criterion(self.model(inputs), targets))
+        logits = self.model(inputs)
+        if mode == 'predict':
+            return [dict(logits=lg, label=lb) for lg, lb in zip(logits.float(), data_samples)]
+        if mode == 'tensor':
+            return logits
+        raise ValueError(f"mode must be 'loss', 'predict' or 'tensor', got {mode!r}")

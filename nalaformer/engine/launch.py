@@ -1,0 +1,72 @@
+"""Shared by tools/train.py and tools/test.py: config loading with checked overrides, runner building."""
+import difflib
+import logging
+import os.path as osp
+from typing import Optional
+
+import torch
+from mmengine.config import Config
+from mmengine.logging import print_log
+from mmengine.registry import RUNNERS
+from mmengine.runner import Runner
+
+
+def check_cfg_options(cfg: Config, options: dict) -> None:
+    """Reject ``--cfg-options`` keys that do not exist, naming the key and close matches.
+
+    A new key is allowed only inside a dict that builds an object (has ``type``), whose
+    constructor then validates it; anywhere else a typo would be silently ignored.
+    """
+    for key in options:
+        node, path = cfg.to_dict(), []
+        for part in key.split('.'):
+            if isinstance(node, (list, tuple)) and part.isdigit() and int(part) < len(node):
+                node = node[int(part)]
+            elif isinstance(node, dict) and part in node:
+                node = node[part]
+            elif isinstance(node, dict) and 'type' in node and part == key.split('.')[-1]:
+                break
+            else:
+                known = list(node.keys()) if isinstance(node, dict) else []
+                close = difflib.get_close_matches(part, known, n=3)
+                where = '.'.join(path) or 'the top level'
+                hint = f'; did you mean {close}?' if close else f'; keys there: {sorted(known)[:20]}'
+                raise KeyError(f"--cfg-options {key}: no key '{part}' at {where}{hint}")
+            path.append(part)
+
+
+def load_config(path: str, cfg_options: Optional[dict] = None) -> Config:
+    if not osp.isfile(path):
+        raise FileNotFoundError(f'config file {path} does not exist')
+    cfg = Config.fromfile(path)
+    if cfg_options:
+        check_cfg_options(cfg, cfg_options)
+        cfg.merge_from_dict(cfg_options)
+    return cfg
+
+
+def finalize_config(cfg: Config, config_path: str, work_dir: Optional[str], launcher: str) -> Config:
+    """Work dir default (work_dirs/<config name>), launcher, and a gloo backend when there is no GPU."""
+    cfg.launcher = launcher
+    if work_dir is not None:
+        cfg.work_dir = work_dir
+    elif cfg.get('work_dir') is None:
+        cfg.work_dir = osp.join('work_dirs', osp.splitext(osp.basename(config_path))[0])
+    if launcher != 'none' and not torch.cuda.is_available():  # CPU-only distributed runs (tests, CI)
+        cfg.env_cfg = dict(cfg.get('env_cfg') or {}, dist_cfg=dict(backend='gloo'))
+        cfg.model_wrapper_cfg = dict(type='MMDistributedDataParallel', **(cfg.get('model_wrapper_cfg') or {}),
+                                     device_ids=None)
+        if cfg.get('sync_bn'):
+            print_log('sync_bn needs GPUs: BatchNorm stays per process on CPU', logger='current', level=logging.WARNING)
+            cfg.sync_bn = None
+    return cfg
+
+
+def build_runner(cfg: Config) -> Runner:
+    if cfg.launcher == 'pytorch' and not torch.cuda.is_available() and not torch.distributed.is_initialized():
+        # mmengine's pytorch launcher always selects a CUDA device; on CPU-only machines (tests, CI)
+        # the gloo process group is started here and the Runner finds it initialised.
+        torch.distributed.init_process_group(backend='gloo')
+    if 'runner_type' in cfg:
+        return RUNNERS.build(cfg)
+    return Runner.from_cfg(cfg)

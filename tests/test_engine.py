@@ -1,0 +1,201 @@
+"""Classification training and evaluation through tools/train.py and tools/test.py (tiny, CPU)."""
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from PIL import Image, ImageDraw
+
+ROOT = Path(__file__).resolve().parents[1]
+CONFIG = str(ROOT / 'configs' / 'nalaformer' / 'nalaformer-t_8xb128_in1k.py')
+COLOURS = [(230, 40, 40), (40, 200, 40), (40, 40, 230)]
+
+
+@pytest.fixture(scope='module')
+def tiny_imagefolder(tmp_path_factory):
+    """3 classes of coloured squares on noise: train 12 / val 4 images per class, 40x40."""
+    root = tmp_path_factory.mktemp('tiny_imagefolder')
+    g = torch.Generator().manual_seed(0)
+    for split, n in (('train', 12), ('val', 4)):
+        for c, colour in enumerate(COLOURS):
+            (root / split / f'class{c}').mkdir(parents=True)
+            for i in range(n):
+                noise = (torch.rand(40, 40, 3, generator=g) * 80).byte().numpy()
+                img = Image.fromarray(noise)
+                x, y = torch.randint(0, 18, (2,), generator=g).tolist()
+                ImageDraw.Draw(img).rectangle([x, y, x + 20, y + 20], fill=colour)
+                img.save(root / split / f'class{c}' / f'{i}.png')
+    return root
+
+
+def tiny_options(data_root, epochs=2, extra=()):
+    opts = [f'{d}.dataset.data_root={data_root}' for d in ('train_dataloader', 'val_dataloader', 'test_dataloader')]
+    for d in ('train_dataloader', 'val_dataloader', 'test_dataloader'):
+        opts += [f'{d}.num_workers=0', f'{d}.persistent_workers=False', f'{d}.pin_memory=False',
+                 f'{d}.dataset.input_size=32']
+    opts += ['train_dataloader.batch_size=6', 'val_dataloader.batch_size=6', 'test_dataloader.batch_size=6',
+             'train_dataloader.sampler.num_repeats=1',
+             'model.num_classes=3', 'model.embed_dims=[16,32,48,64]', 'model.depths=[1,1,1,1]',
+             'model.num_heads=[1,2,3,4]', 'model.head_hidden_size=32', 'model.drop_path_rate=0.1',
+             'param_scheduler=[]', 'optim_wrapper.optimizer.lr=2e-3',
+             f'train_cfg.max_epochs={epochs}', 'default_hooks.logger.interval=1', 'log_processor.window_size=1', 'env_cfg.cudnn_benchmark=False']
+    return opts + list(extra)
+
+
+def run_tool(tool, *args, check=True, timeout=900, env=None):
+    cmd = [sys.executable, str(ROOT / 'tools' / tool), *map(str, args)]
+    result = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=ROOT,
+                            env={**os.environ, **(env or {})})
+    if check:
+        assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-5000:]
+    return result
+
+
+def train(work_dir, data_root, epochs=2, extra=(), **kwargs):
+    return run_tool('train.py', CONFIG, '--work-dir', work_dir, '--cfg-options',
+                    *tiny_options(data_root, epochs, extra), **kwargs)
+
+
+def logged_scalars(work_dir):
+    [scalars] = Path(work_dir).glob('*/vis_data/scalars.json')
+    return [json.loads(line) for line in scalars.read_text().splitlines()]
+
+
+def load_weights(path):
+    return torch.load(path, map_location='cpu', weights_only=True)['state_dict']
+
+
+@pytest.mark.slow
+def test_training_decreases_loss_and_test_tool_evaluates(tiny_imagefolder, tmp_path):
+    work = tmp_path / 'run'
+    # colour is the class here, so no RandAugment (its colour ops would erase the label)
+    train(work, tiny_imagefolder, epochs=6, extra=['model.mixup=None', 'train_dataloader.dataset.transform.auto_augment=None',
+                                                   'train_dataloader.dataset.transform.re_prob=0.0'])
+    rows = logged_scalars(work)
+    losses = [r['loss'] for r in rows if 'loss' in r]
+    assert len(losses) == 6 * 6
+    assert sum(losses[-6:]) / 6 < 0.8 * sum(losses[:6]) / 6
+    val = [r for r in rows if 'accuracy/top1' in r]
+    assert len(val) == 6 and all('ema/accuracy/top1' in r for r in val)
+    assert val[-1]['accuracy/top1'] > 50.0  # 3 classes: chance is 33%
+    # checkpoints: plain data only (weights_only) and no temporary files left behind
+    checkpoint = torch.load(work / 'epoch_6.pth', map_location='cpu', weights_only=True)
+    assert {'state_dict', 'optimizer', 'param_schedulers', 'message_hub', 'ema_state_dict'} <= set(checkpoint)
+    assert list(work.glob('best_accuracy_top1_epoch_*.pth'))
+    assert not list(work.glob('.*.tmp'))
+    out = run_tool('test.py', CONFIG, work / 'epoch_6.pth', '--work-dir', tmp_path / 'test',
+                   '--cfg-options', *tiny_options(tiny_imagefolder))
+    metrics = eval(out.stdout.strip().splitlines()[-1])  # the dict printed by tools/test.py
+    assert set(metrics) >= {'accuracy/top1', 'accuracy/top5'}
+    assert metrics['accuracy/top5'] == 100.0 and metrics['accuracy/top1'] > 50.0
+
+
+@pytest.mark.slow
+def test_killed_run_resumes_to_the_same_weights(tiny_imagefolder, tmp_path):
+    reference = tmp_path / 'uninterrupted'
+    train(reference, tiny_imagefolder, epochs=3)
+    killed = tmp_path / 'killed'
+    cmd = [sys.executable, str(ROOT / 'tools' / 'train.py'), CONFIG, '--work-dir', str(killed), '--cfg-options',
+           *tiny_options(tiny_imagefolder, 3)]
+    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True)
+    deadline = time.time() + 600
+    while not (killed / 'epoch_1.pth').exists():
+        assert proc.poll() is None and time.time() < deadline, 'training died before its first checkpoint'
+        time.sleep(0.05)
+    os.killpg(proc.pid, signal.SIGKILL)  # mid epoch 2
+    proc.wait()
+    assert not (killed / 'epoch_3.pth').exists()
+    train(killed, tiny_imagefolder, epochs=3, extra=['resume=True'])
+    ref, res = load_weights(reference / 'epoch_3.pth'), load_weights(killed / 'epoch_3.pth')
+    assert ref.keys() == res.keys()
+    for key in ref:
+        torch.testing.assert_close(res[key], ref[key], rtol=0, atol=1e-6, msg=key)
+    ema_ref = torch.load(reference / 'epoch_3.pth', weights_only=True)['ema_state_dict']
+    ema_res = torch.load(killed / 'epoch_3.pth', weights_only=True)['ema_state_dict']
+    for key in ema_ref:
+        torch.testing.assert_close(ema_res[key], ema_ref[key], rtol=0, atol=1e-6, msg=key)
+
+
+@pytest.mark.slow
+def test_ddp_two_processes_hold_identical_weights(tiny_imagefolder, tmp_path):
+    work = tmp_path / 'ddp'
+    config = tmp_path / 'ddp_config.py'
+    config.write_text(f"_base_ = [{CONFIG!r}]\n"
+                      "custom_imports = dict(imports=['nalaformer.engine', 'engine_probe'], allow_failed_imports=False)\n"
+                      "custom_hooks = [dict(type='DualEMAHook', momentum=1e-3), dict(type='EpochSeedHook'),\n"
+                      "                dict(type='ResumableCheckpointHook'), dict(type='DumpRankWeightsHook')]\n")
+    cmd = [sys.executable, '-m', 'torch.distributed.run', '--nproc_per_node', '2', '--master_port', '29531',
+           str(ROOT / 'tools' / 'train.py'), str(config), '--launcher', 'pytorch', '--work-dir', str(work),
+           '--cfg-options', *tiny_options(tiny_imagefolder, 1)]
+    env = {**os.environ, 'PYTHONPATH': f'{ROOT / "tests"}{os.pathsep}{os.environ.get("PYTHONPATH", "")}',
+           'OMP_NUM_THREADS': '1'}
+    result = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env=env, timeout=900)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-5000:]
+    rank0 = torch.load(work / 'rank0_weights.pt', weights_only=True)
+    rank1 = torch.load(work / 'rank1_weights.pt', weights_only=True)
+    # parameters are synchronised by DDP; BatchNorm running statistics stay per process without SyncBN (CPU)
+    params = [k for k in rank0 if not k.endswith(('running_mean', 'running_var', 'num_batches_tracked'))]
+    assert len(params) > 50
+    for key in params:
+        torch.testing.assert_close(rank0[key], rank1[key], rtol=0, atol=0, msg=key)
+    losses = [r['loss'] for r in logged_scalars(work) if 'loss' in r]
+    assert len(losses) == 3  # 36 images / (2 ranks x 6 per rank) iterations in the epoch
+    trained = load_weights(work / 'epoch_1.pth')
+    torch.testing.assert_close(trained['model.proj.weight'], rank0['model.proj.weight'])
+
+
+@pytest.mark.slow
+def test_amp_bf16_training_is_finite(tiny_imagefolder, tmp_path):
+    work = tmp_path / 'amp'
+    train(work, tiny_imagefolder, epochs=1, extra=['train_cfg.val_interval=5'])  # fp32 reference run
+    run_tool('train.py', CONFIG, '--amp', '--work-dir', tmp_path / 'amp_bf16', '--cfg-options',
+             *tiny_options(tiny_imagefolder, 1, ['train_cfg.val_interval=5']))
+    losses = [r['loss'] for r in logged_scalars(tmp_path / 'amp_bf16') if 'loss' in r]
+    assert len(losses) == 6 and all(torch.isfinite(torch.tensor(losses)))
+
+
+def test_dual_ema_tracking_the_raw_weights_reports_the_raw_metrics(tiny_imagefolder, tmp_path):
+    work = tmp_path / 'ema'
+    train(work, tiny_imagefolder, epochs=1, extra=['custom_hooks.0.momentum=0.99999'])  # EMA ~ raw weights
+    [val] = [r for r in logged_scalars(work) if 'accuracy/top1' in r]
+    assert val['ema/accuracy/top1'] == val['accuracy/top1'] and val['ema/accuracy/top5'] == val['accuracy/top5']
+
+
+def test_missing_dataset_folder_is_named(tmp_path):
+    result = train(tmp_path / 'w', tmp_path / 'no_such_dataset', check=False)
+    assert result.returncode != 0
+    assert f'{tmp_path / "no_such_dataset" / "train"} does not exist' in result.stderr
+    assert 'Expected layout' in result.stderr
+
+
+def test_bad_config_key_is_named(tiny_imagefolder, tmp_path):
+    result = train(tmp_path / 'w', tiny_imagefolder, extra=['train_cfg.max_epoch=3'], check=False)
+    assert result.returncode != 0
+    assert "no key 'max_epoch' at train_cfg; did you mean ['max_epochs'" in result.stderr
+    result = train(tmp_path / 'w', tiny_imagefolder, extra=['model.not_a_kwarg=1'], check=False)
+    assert result.returncode != 0 and 'not_a_kwarg' in result.stderr
+
+
+def test_test_tool_evaluates_release_checkpoints_and_names_wrong_variants(tiny_imagefolder, tmp_path):
+    import argparse
+
+    import timm
+    model = timm.create_model('nalaformer_t', num_classes=3, embed_dims=[16, 32, 48, 64], depths=[1, 1, 1, 1],
+                              num_heads=[1, 2, 3, 4], head_hidden_size=32)
+    release = tmp_path / 'release.pth'
+    torch.save({'model': model.state_dict(), 'args': argparse.Namespace(model='NALAFORMER_T')}, release)
+    out = run_tool('test.py', CONFIG, release, '--work-dir', tmp_path / 't', '--cfg-options',
+                   *tiny_options(tiny_imagefolder))
+    assert 'accuracy/top1' in out.stdout.strip().splitlines()[-1]
+    other = timm.create_model('nalaformer_xt', num_classes=3)
+    wrong = tmp_path / 'xt.pth'
+    torch.save({'model': other.state_dict()}, wrong)
+    bad = run_tool('test.py', CONFIG, wrong, '--work-dir', tmp_path / 't2', '--cfg-options',
+                   *tiny_options(tiny_imagefolder), check=False)
+    assert bad.returncode != 0 and 'looks like nalaformer_xt' in bad.stderr

@@ -1,0 +1,74 @@
+"""Train any task (classification, segmentation, detection) from an mmengine config.
+
+    python tools/train.py configs/nalaformer/nalaformer-t_8xb128_in1k.py
+    python tools/train.py CONFIG --resume                 # from the last checkpoint in the work dir
+    python tools/train.py CONFIG --amp --cfg-options train_dataloader.batch_size=64
+    torchrun --nproc_per_node 8 tools/train.py CONFIG --launcher pytorch   (or tools/dist_train.sh)
+"""
+import argparse
+import sys
+import warnings
+
+import torch
+from mmengine.config import DictAction
+
+import nalaformer.engine  # noqa: F401  (registers models, datasets, hooks, metrics, runner)
+from nalaformer.engine.launch import build_runner, finalize_config, load_config
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument('config', help='config file')
+    parser.add_argument('--work-dir', help='where logs and checkpoints go (default: work_dirs/<config name>)')
+    parser.add_argument('--resume', nargs='?', const='auto', metavar='CKPT',
+                        help='resume from CKPT, or from the latest checkpoint in the work dir when no path is given')
+    parser.add_argument('--amp', nargs='?', const='bfloat16', choices=['bfloat16', 'float16'],
+                        help='mixed precision (attention math stays fp32); default bfloat16')
+    parser.add_argument('--auto-scale-lr', action='store_true', help='scale lr by total batch / auto_scale_lr.base')
+    parser.add_argument('--wandb', metavar='PROJECT', help='also log to Weights & Biases (WANDB_MODE=offline works)')
+    parser.add_argument('--cfg-options', nargs='+', action=DictAction, help='override config keys: key=value ...')
+    parser.add_argument('--launcher', choices=['none', 'pytorch', 'slurm', 'mpi'], default='none')
+    parser.add_argument('--local-rank', '--local_rank', type=int, default=0)
+    return parser.parse_args(argv)
+
+
+def apply_amp(cfg, dtype: str) -> None:
+    wrapper = cfg.optim_wrapper
+    if torch.cuda.is_available():
+        wrapper.update(type='AmpOptimWrapper', dtype=dtype, loss_scale='dynamic')
+    elif dtype == 'bfloat16':
+        wrapper.update(type='CPUAmpOptimWrapper', dtype=dtype)
+    else:
+        raise SystemExit('--amp float16 needs a GPU; on CPU use --amp bfloat16')
+
+
+def add_wandb(cfg, project: str) -> None:
+    try:
+        import wandb  # noqa: F401
+    except ImportError:
+        warnings.warn('--wandb given but wandb is not installed (pip install wandb); continuing without it')
+        return
+    cfg.visualizer.vis_backends.append(dict(type='WandbVisBackend', init_kwargs=dict(project=project)))
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    cfg = finalize_config(load_config(args.config, args.cfg_options), args.config, args.work_dir, args.launcher)
+    if args.resume == 'auto':
+        cfg.resume, cfg.load_from = True, None
+    elif args.resume:
+        cfg.resume, cfg.load_from = True, args.resume
+    if args.amp:
+        apply_amp(cfg, args.amp)
+    if args.auto_scale_lr:
+        cfg.auto_scale_lr.enable = True
+    if args.wandb:
+        add_wandb(cfg, args.wandb)
+    build_runner(cfg).train()
+
+
+if __name__ == '__main__':
+    try:
+        main()
+    except (KeyError, FileNotFoundError) as e:
+        sys.exit(f'error: {e.args[0] if e.args else e}')
