@@ -10,6 +10,8 @@ state-dict layout, so its checkpoints load as they are:
 Per-stage attention kernels (``attn_types``) default to the release's hybrid
 ``('nala', 'nala', 'softmax', 'softmax')``; ``attn_types='nala'`` makes every stage NaLa.
 """
+import logging
+import re
 from typing import Dict, List, Optional, Sequence, Tuple, Union
 
 import torch
@@ -23,6 +25,8 @@ from ..checkpoint import CheckpointError, describe_architecture, read_checkpoint
 from .layers import NaLaStage, Stem
 
 __all__ = ['NaLaFormer', 'MODEL_ARGS', 'checkpoint_filter_fn']
+
+_logger = logging.getLogger(__name__)
 
 RELEASE_ATTN_TYPES = ('nala', 'nala', 'softmax', 'softmax')
 
@@ -178,10 +182,10 @@ class NaLaFormer(nn.Module):
         state_dict = checkpoint_filter_fn(read_checkpoint(checkpoint_path, prefer_ema=prefer_ema), self)
         result = self.load_state_dict(state_dict, strict=False)
         missing = [k for k in result.missing_keys if not k.startswith('head.')]
-        if missing or result.unexpected_keys:
-            raise CheckpointError(
-                f'{checkpoint_path} does not fit this model: missing keys {missing}, '
-                f'unexpected keys {result.unexpected_keys}')
+        if missing:
+            raise CheckpointError(f'{checkpoint_path} lacks weights of this model: {missing[:10]}')
+        if result.unexpected_keys:  # e.g. stages or the head of a model pruned for feature extraction
+            _logger.info(f'{checkpoint_path}: ignored weights this model does not have: {result.unexpected_keys[:10]}')
         return result
 
     def forward_intermediates(
@@ -248,14 +252,13 @@ class NaLaFormer(nn.Module):
 def checkpoint_filter_fn(state_dict: Dict[str, torch.Tensor], model: NaLaFormer) -> Dict[str, torch.Tensor]:
     """Map a release-layout (or our own) state dict onto ``model``.
 
-    The layouts are identical, so this only strips wrappers (``module.``, ``_orig_mod.``), drops a
+    The layouts are identical, so this only strips wrapper prefixes (DDP, compile, our runners), drops a
     classifier of another number of classes (fine-tuning) and checks the architecture: a
     checkpoint of another variant raises :class:`CheckpointError` naming the variant it looks like.
     """
-    state_dict = {_strip_wrappers(k): v for k, v in state_dict.items()}
+    state_dict = {_WRAPPER_PREFIXES.sub('', k): v for k, v in state_dict.items()}
     own = model.state_dict()
-    head_keys = [k for k in ('head.weight', 'head.bias') if k in state_dict]
-    for key in head_keys:
+    for key in [k for k in ('head.weight', 'head.bias') if k in state_dict]:
         if key not in own or own[key].shape != state_dict[key].shape:
             del state_dict[key]  # another number of classes: keep the model's fresh classifier
     mismatched = [k for k, v in state_dict.items() if k in own and own[k].shape != v.shape]
@@ -272,11 +275,9 @@ def checkpoint_filter_fn(state_dict: Dict[str, torch.Tensor], model: NaLaFormer)
     return state_dict
 
 
-def _strip_wrappers(key: str) -> str:
-    for prefix in ('module.', '_orig_mod.'):
-        if key.startswith(prefix):
-            key = key[len(prefix):]
-    return key
+# Prefixes wrappers put before the model's own keys: DDP, torch.compile, our mmengine runners
+# (classification 'model.', dense tasks 'backbone.model.model.').
+_WRAPPER_PREFIXES = re.compile(r'^(module\.|_orig_mod\.|backbone\.|model\.)+')
 
 
 def _variant_of(arch: dict) -> Optional[str]:

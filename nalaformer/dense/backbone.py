@@ -1,0 +1,81 @@
+"""One backbone wrapper for dense prediction (mmsegmentation, mmdetection) around our timm models."""
+import logging
+from typing import Optional, Sequence, Tuple
+
+import timm
+import torch
+import torch.nn as nn
+from mmengine.logging import print_log
+from mmengine.model import BaseModule
+from torch.nn.modules.batchnorm import _BatchNorm
+
+from ..models.layers import LayerNorm2d
+
+
+class NaLaBackbone(BaseModule):
+    """A timm model of this project (``nalaformer_*``, ``nala_swin_*``) as a multi-scale backbone.
+
+    Args:
+        arch: timm model name. out_indices: stages to output (0-3 at strides 4/8/16/32).
+        frozen_stages: stem and stages up to this index get no gradients (-1: none).
+        norm_eval: keep BatchNorm layers in eval mode while training (frozen statistics).
+        with_cp: gradient checkpointing in every stage.
+        out_norms: a LayerNorm on each output (detection/segmentation heads expect normalised maps).
+        init_cfg: ``dict(type='Pretrained', checkpoint=PATH)`` loads an ImageNet checkpoint of ours,
+            the release's, a ``.safetensors`` or a dense-task checkpoint; the classifier is dropped and
+            missing/unexpected keys are reported.
+        **model_kwargs: the model's own arguments (drop_path_rate, attn_types, embed_dims, ...).
+
+    ``forward(x)``: (B, C, H, W), any H, W -> tuple of (B, C_i, ceil(H/s_i), ceil(W/s_i)).
+    """
+
+    def __init__(self, arch: str = 'nalaformer_t', out_indices: Sequence[int] = (0, 1, 2, 3),
+                 frozen_stages: int = -1, norm_eval: bool = False, with_cp: bool = False, out_norms: bool = True,
+                 init_cfg: Optional[dict] = None, **model_kwargs):
+        super().__init__(init_cfg=init_cfg)
+        self.model = timm.create_model(arch, features_only=True, out_indices=tuple(out_indices), **model_kwargs)
+        self.out_indices = tuple(out_indices)
+        self.frozen_stages = frozen_stages
+        self.norm_eval = norm_eval
+        if with_cp:
+            self.model.set_grad_checkpointing(True)
+        channels = self.model.feature_info.channels()
+        self.norms = nn.ModuleList(LayerNorm2d(c) for c in channels) if out_norms else None
+        self._freeze_stages()
+
+    @property
+    def stage_modules(self) -> list:
+        """[stem, stage 0, stage 1, ...] of the wrapped network, for freezing."""
+        net = self.model.model
+        stem = net.get_submodule(net.pretrained_cfg['first_conv'].rsplit('.', 2)[0])
+        stages = [net.get_submodule(info['module']) for info in net.feature_info]
+        return [stem, *stages]
+
+    def _freeze_stages(self) -> None:
+        for module in self.stage_modules[:self.frozen_stages + 2] if self.frozen_stages >= 0 else []:
+            module.eval()
+            for param in module.parameters():
+                param.requires_grad = False
+
+    def train(self, mode: bool = True):
+        super().train(mode)
+        self._freeze_stages()
+        if mode and self.norm_eval:
+            for module in self.modules():
+                if isinstance(module, _BatchNorm):
+                    module.eval()
+        return self
+
+    def init_weights(self) -> None:
+        if not (self.init_cfg and self.init_cfg.get('type') == 'Pretrained'):
+            return super().init_weights()
+        path = self.init_cfg['checkpoint']
+        self.model.model.load_pretrained(path)  # the model's own safe loader and checkpoint filter
+        print_log(f'loaded backbone weights from {path}', logger='current', level=logging.INFO)
+        self._is_init = True
+
+    def forward(self, x: torch.Tensor) -> Tuple[torch.Tensor, ...]:
+        features = self.model(x)
+        if self.norms is not None:
+            features = [norm(f) for norm, f in zip(self.norms, features)]
+        return tuple(features)
