@@ -5,12 +5,6 @@ from setuptools import find_packages, setup
 ROOT = Path(__file__).parent
 
 
-def requirements():
-    lines = (ROOT / 'requirements.txt').read_text().splitlines()
-    reqs = [line.split('#')[0].strip() for line in lines]
-    return [r for r in reqs if r and not r.startswith(('pytest', 'setuptools'))]
-
-
 setup(
     name='nalaformer',
     version='0.1.0',
@@ -22,7 +16,11 @@ setup(
     # nalaformer.kernels, so that `import kernels` never collides with another package.
     packages=find_packages(include=['nalaformer', 'nalaformer.*']) + ['nalaformer.kernels'],
     package_dir={'nalaformer.kernels': 'kernels'},
-    install_requires=requirements(),
-    extras_require={'wandb': ['wandb'], 'tensorboard': ['tensorboard']},
+    # requirements.txt pins the tested environment; these are the minimal needs of the package
+    install_requires=['torch>=2.1', 'torchvision', 'timm>=1.0.20', 'safetensors', 'numpy', 'pyyaml', 'tqdm'],
+    extras_require={
+        'train': ['mmengine>=0.10,<1.0', 'tensorboard', 'matplotlib'],
+        'wandb': ['wandb'],
+    },
     license='Apache-2.0',
 )

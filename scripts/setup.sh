@@ -39,6 +39,17 @@ if [ ! -f "$TIMM_TESTS/test_models.py" ]; then
     rm -rf "$tmp"
 fi
 
+# Real images for the end-to-end training check (tests/test_real_data.py): Debian's Fashion-MNIST.
+if [ ! -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ]; then
+    if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+        log "installing dataset-fashion-mnist (Debian)"
+        apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq dataset-fashion-mnist >/dev/null
+    else
+        log "WARNING: dataset-fashion-mnist is not installed (needs root: apt-get install dataset-fashion-mnist);" \
+            "tests/test_real_data.py will fail without it"
+    fi
+fi
+
 "$PYTHON" - <<'PY'
 import timm, torch, nalaformer
 assert 'nalaformer_t' in timm.list_models('nalaformer_*'), 'nalaformer models are not registered in timm'

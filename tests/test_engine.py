@@ -199,3 +199,19 @@ def test_test_tool_evaluates_release_checkpoints_and_names_wrong_variants(tiny_i
     bad = run_tool('test.py', CONFIG, wrong, '--work-dir', tmp_path / 't2', '--cfg-options',
                    *tiny_options(tiny_imagefolder), check=False)
     assert bad.returncode != 0 and 'looks like nalaformer_xt' in bad.stderr
+
+
+@pytest.mark.slow
+def test_wandb_offline_and_missing(tiny_imagefolder, tmp_path):
+    opts = tiny_options(tiny_imagefolder, 1, ['train_cfg.val_interval=5'])
+    run_tool('train.py', CONFIG, '--wandb', 'nalaformer-test', '--work-dir', tmp_path / 'offline', '--cfg-options',
+             *opts, env={'WANDB_MODE': 'offline', 'WANDB_SILENT': 'true'})
+    [run] = (tmp_path / 'offline').glob('*/vis_data/wandb/offline-run-*')  # beside the run's other logs
+    assert list(run.glob('*.wandb')), 'the offline wandb run holds no data'
+    fake = tmp_path / 'no_wandb'
+    fake.mkdir()
+    (fake / 'wandb.py').write_text('raise ImportError("wandb is not installed")\n')
+    result = run_tool('train.py', CONFIG, '--wandb', 'nalaformer-test', '--work-dir', tmp_path / 'missing',
+                      '--cfg-options', *opts, env={'PYTHONPATH': str(fake)})
+    assert 'wandb is not installed' in result.stderr
+    assert (tmp_path / 'missing' / 'epoch_1.pth').exists()
