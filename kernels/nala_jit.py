@@ -1,0 +1,506 @@
+"""Triton kernels of the fused NaLa attention and their launchers.
+
+Imported by :mod:`nalaformer.kernels.nala_triton` on the first fused call. The ``triton.jit``
+decorators below build compiled or interpreted kernels from ``TRITON_INTERPRET`` at that
+import, and must agree with triton's own language functions, built when triton was imported.
+
+Per (batch, head), with phi = [h1, h2] split into two d-sized halves (each zero-padded to
+BLOCK_D, a power of two) and R_i the RoPE rotation of token i:
+
+    state = sum_j R_j phi_k(k_j) v_j^T / N      (2, BLOCK_D, DV_PAD)
+    mean  = sum_j phi_k(k_j) / N                (2, BLOCK_D)
+    out_i = (R_i phi_q(q_i))^T state / (phi_q(q_i) . mean + eps)
+
+Half 1 / half 2 are the positive / negative parts (release form) or the cos / sin parts
+(cosine-inhibit form, ``COS``). Sums over tokens are split across programs and the small
+partial states added up in PyTorch. All arithmetic runs in ``ACC`` (float32, or float64).
+"""
+import math
+from typing import Optional, Tuple
+
+import torch
+import triton
+import triton.language as tl
+from triton.runtime.interpreter import InterpretedFunction
+
+from nalaformer.ops.nala import DIRECTION_EPS, LAMBDA, NORMALISER_EPS, TAU
+
+# True when the kernels below were built for the Triton interpreter (CPU tensors work).
+INTERPRETED = triton.knobs.runtime.interpret
+if INTERPRETED != isinstance(tl.zeros, InterpretedFunction):
+    raise RuntimeError(
+        f'TRITON_INTERPRET={INTERPRETED:d} now, but triton was imported with the other setting: set it before '
+        'triton is first imported (importing timm or nalaformer imports it; tests set it in tests/conftest.py)')
+# Programs wanted for each token reduction (passes 1 and the state gradient), which split the
+# tokens of a head into ranges summed afterwards. None: two per SM on a GPU, else one per head.
+REDUCTION_PROGRAMS: Optional[int] = None
+
+_LAMBDA = tl.constexpr(LAMBDA)
+_TAU = tl.constexpr(TAU)
+_NORM_EPS = tl.constexpr(NORMALISER_EPS)
+_DIR_EPS = tl.constexpr(DIRECTION_EPS)
+_QUARTER_PI = tl.constexpr(math.pi / 4)
+
+
+# ----------------------------------------------------------------------------------------------
+# Tile helpers
+# ----------------------------------------------------------------------------------------------
+@triton.jit
+def _load_rows(base, row0, n_rows, n_cols, stride_n, BLOCK_N: tl.constexpr, BLOCK_C: tl.constexpr,
+               ACC: tl.constexpr):
+    """(BLOCK_N, BLOCK_C) tile at rows row0.. of a (n_rows, n_cols) row-major view, zero padded."""
+    rows = row0 + tl.arange(0, BLOCK_N)
+    cols = tl.arange(0, BLOCK_C)
+    mask = (rows[:, None] < n_rows) & (cols[None, :] < n_cols)
+    return tl.load(base + rows[:, None] * stride_n + cols[None, :], mask=mask, other=0.0).to(ACC)
+
+
+@triton.jit
+def _store_rows(base, tile, row0, n_rows, n_cols, stride_n, BLOCK_N: tl.constexpr, BLOCK_C: tl.constexpr):
+    """Store a (BLOCK_N, BLOCK_C) tile at rows row0.., keeping inside (n_rows, n_cols)."""
+    rows = row0 + tl.arange(0, BLOCK_N)
+    cols = tl.arange(0, BLOCK_C)
+    mask = (rows[:, None] < n_rows) & (cols[None, :] < n_cols)
+    tl.store(base + rows[:, None] * stride_n + cols[None, :], tile.to(base.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def _state_block(base, half, block, BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr, DV_PAD: tl.constexpr,
+                 ACC: tl.constexpr):
+    """Block ``block`` of value columns of half ``half`` of a (2, BLOCK_D, DV_PAD) state: (BLOCK_D, BLOCK_DV)."""
+    return _load_rows(base + half * BLOCK_D * DV_PAD + block * BLOCK_DV, 0, BLOCK_D, BLOCK_DV, DV_PAD,
+                      BLOCK_D, BLOCK_DV, ACC)
+
+
+@triton.jit
+def _load_vec(base, BLOCK_D: tl.constexpr, ACC: tl.constexpr):
+    return tl.load(base + tl.arange(0, BLOCK_D)).to(ACC)
+
+
+@triton.jit
+def _mm(a, b, acc, ACC: tl.constexpr):
+    """acc + a @ b in full precision (no TF32)."""
+    return tl.dot(a, b, acc, input_precision='ieee', out_dtype=ACC)
+
+
+# ----------------------------------------------------------------------------------------------
+# Elementwise math and its derivatives
+# ----------------------------------------------------------------------------------------------
+@triton.jit
+def _tanh(x):
+    e = tl.exp(-2.0 * tl.abs(x))  # in (0, 1]: no overflow
+    t = (1.0 - e) / (1.0 + e)
+    return tl.where(x < 0, -t, t)
+
+
+@triton.jit
+def _abs_pow(a, p):
+    """a ** p for a >= 0, p > 0 (0 where a == 0)."""
+    positive = a > 0
+    return tl.where(positive, tl.exp2(p * tl.log2(tl.where(positive, a, 1.0))), 0.0)
+
+
+@triton.jit
+def _query_power(tanh_norm):
+    """p(|q|) = lambda (tau + tanh |q|), from tanh |q|.  (Constants go on the right of tensors.)"""
+    return (tanh_norm + _TAU) * _LAMBDA
+
+
+@triton.jit
+def _row_norm(x):
+    """Euclidean norm of each row of (BLOCK_N, BLOCK_D): (BLOCK_N, 1)."""
+    return tl.sqrt(tl.sum(x * x, axis=1))[:, None]
+
+
+@triton.jit
+def _gates(s, alpha, COS: tl.constexpr):
+    """Half weights: ([s > 0], [s < 0]) (sign split) or (cos a, sin a), a = pi/4 tanh(alpha s)."""
+    if COS:
+        angle = _tanh(alpha * s) * _QUARTER_PI
+        g1 = tl.cos(angle)
+        g2 = tl.sin(angle)
+    else:
+        g1 = (s > 0).to(s.dtype)
+        g2 = (s < 0).to(s.dtype)
+    return g1, g2
+
+
+@triton.jit
+def _gates_bwd(s, mag, d1, d2, alpha, COS: tl.constexpr):
+    """For halves (mag * g1, mag * g2) with gradients d1, d2: (d mag, d s through the gates)."""
+    if COS:
+        t = _tanh(alpha * s)
+        angle = t * _QUARTER_PI
+        c = tl.cos(angle)
+        sn = tl.sin(angle)
+        dmag = d1 * c + d2 * sn
+        ds = mag * (d2 * c - d1 * sn) * (1.0 - t * t) * alpha * _QUARTER_PI
+    else:
+        dmag = tl.where(s > 0, d1, 0.0) + tl.where(s < 0, d2, 0.0)
+        ds = tl.zeros_like(s)
+    return dmag, ds
+
+
+@triton.jit
+def _direction_bwd(x, norm, ds, dnorm):
+    """Gradient wrt x (BLOCK_N, BLOCK_D) given ds for s = x / max(|x|, eps) and dnorm (BLOCK_N, 1) for |x|."""
+    safe = tl.maximum(norm, _DIR_EPS)
+    dnorm = dnorm - tl.where(norm > _DIR_EPS, tl.sum(ds * x, axis=1)[:, None] / (safe * safe), 0.0)
+    return ds / safe + dnorm * x / tl.where(norm > 0, norm, 1.0)
+
+
+@triton.jit
+def _query_halves(q, alpha, COS: tl.constexpr):
+    """phi_q halves of a (BLOCK_N, BLOCK_D) query tile: |s|^p(|q|) * gates(s), s = q / |q|."""
+    norm = _row_norm(q)
+    s = q / tl.maximum(norm, _DIR_EPS)
+    mag = _abs_pow(tl.abs(s), _query_power(_tanh(norm)))
+    g1, g2 = _gates(s, alpha, COS)
+    return mag * g1, mag * g2
+
+
+@triton.jit
+def _query_halves_bwd(q, d1, d2, alpha, COS: tl.constexpr):
+    """dq (BLOCK_N, BLOCK_D) from the gradients d1, d2 of the phi_q halves, through p(|q|) too."""
+    norm = _row_norm(q)
+    s = q / tl.maximum(norm, _DIR_EPS)
+    t = _tanh(norm)
+    p = _query_power(t)
+    a = tl.abs(s)
+    a_pow_m1 = _abs_pow(a, p - 1.0)  # p - 1 >= 0.5, so this is 0 at a == 0 like p a^(p-1)
+    mag = a * a_pow_m1
+    dmag, ds = _gates_bwd(s, mag, d1, d2, alpha, COS)
+    ds += dmag * p * a_pow_m1 * tl.where(s < 0, -1.0, 1.0)
+    dp = tl.sum(dmag * mag * tl.log(tl.where(a > 0, a, 1.0)), axis=1)[:, None]
+    return _direction_bwd(q, norm, ds, dp * _LAMBDA * (1.0 - t * t))
+
+
+@triton.jit
+def _key_halves(k, alpha, COS: tl.constexpr):
+    """phi_k halves of a (BLOCK_N, BLOCK_D) key tile: |k|^3 * gates(k) (gates of k / |k| for COS)."""
+    mag = tl.abs(k) * k * k
+    if COS:
+        s = k / tl.maximum(_row_norm(k), _DIR_EPS)
+    else:
+        s = k
+    g1, g2 = _gates(s, alpha, COS)
+    return mag * g1, mag * g2
+
+
+@triton.jit
+def _key_halves_bwd(k, d1, d2, alpha, COS: tl.constexpr):
+    """dk (BLOCK_N, BLOCK_D) from the gradients d1, d2 of the phi_k halves."""
+    mag = tl.abs(k) * k * k
+    if COS:
+        norm = _row_norm(k)
+        dmag, ds = _gates_bwd(k / tl.maximum(norm, _DIR_EPS), mag, d1, d2, alpha, COS)
+        dk = _direction_bwd(k, norm, ds, tl.zeros_like(norm))
+    else:
+        dmag, ds = _gates_bwd(k, mag, d1, d2, alpha, COS)
+        dk = ds
+    return dk + 3.0 * tl.abs(k) * k * dmag
+
+
+@triton.jit
+def _swap_pairs(x, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr):
+    """(x0, x1) -> (-x1, x0) on the interleaved pairs of the last dim."""
+    even, odd = tl.split(tl.reshape(x, (BLOCK_N, BLOCK_D // 2, 2)))
+    return tl.reshape(tl.join(-odd, even), (BLOCK_N, BLOCK_D))
+
+
+@triton.jit
+def _rope(x, sin, cos, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr):
+    """RoPE of the rows of x, as :func:`nalaformer.ops.nala.apply_rope`."""
+    return x * cos + _swap_pairs(x, BLOCK_N, BLOCK_D) * sin
+
+
+@triton.jit
+def _rope_t(x, sin, cos, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr):
+    """The transposed rotation (the gradient of :func:`_rope`)."""
+    return x * cos - _swap_pairs(x * sin, BLOCK_N, BLOCK_D)
+
+
+@triton.jit
+def _load_rope(rope_ptr, row0, N, D, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, ACC: tl.constexpr):
+    """(sin, cos) tiles of rows row0.. of the (2, N, D) table; zero in padding."""
+    sin = _load_rows(rope_ptr, row0, N, D, D, BLOCK_N, BLOCK_D, ACC)
+    cos = _load_rows(rope_ptr + N * D, row0, N, D, D, BLOCK_N, BLOCK_D, ACC)
+    return sin, cos
+
+
+@triton.jit
+def _query_tile(q_base, rope_ptr, mean_base, row0, N, D, stride_qn, alpha, COS: tl.constexpr,
+                ACC: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr):
+    """Query-side quantities of rows row0..: (q, phi halves, rotated halves, normaliser z (BLOCK_N,), sin, cos)."""
+    q = _load_rows(q_base, row0, N, D, stride_qn, BLOCK_N, BLOCK_D, ACC)
+    sin, cos = _load_rope(rope_ptr, row0, N, D, BLOCK_N, BLOCK_D, ACC)
+    h1, h2 = _query_halves(q, alpha, COS)
+    mean1 = _load_vec(mean_base, BLOCK_D, ACC)
+    mean2 = _load_vec(mean_base + BLOCK_D, BLOCK_D, ACC)
+    z = tl.sum(h1 * mean1[None, :], axis=1) + tl.sum(h2 * mean2[None, :], axis=1) + _NORM_EPS
+    r1 = _rope(h1, sin, cos, BLOCK_N, BLOCK_D)
+    r2 = _rope(h2, sin, cos, BLOCK_N, BLOCK_D)
+    return q, h1, h2, r1, r2, z, sin, cos
+
+
+# ----------------------------------------------------------------------------------------------
+# Kernels. Program axis 0 is batch * head; q, k, v, dout are addressed by (batch, head, token)
+# strides with a unit stride over the head dim; state-like buffers are contiguous.
+# ----------------------------------------------------------------------------------------------
+@triton.jit(do_not_specialize=['N'])
+def _forward_state_kernel(
+        k_ptr, v_ptr, rope_ptr, state_ptr, ksum_ptr, H, N, D,
+        stride_kb, stride_kh, stride_kn, stride_vb, stride_vh, stride_vn, alpha, blocks_per_split,
+        COS: tl.constexpr, ACC: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
+        BLOCK_DV: tl.constexpr, DV_PAD: tl.constexpr):
+    """Pass 1, grid (B*H, splits, value blocks): partial state (2, BLOCK_D, BLOCK_DV) and key sums (2, BLOCK_D)."""
+    bh = tl.program_id(0).to(tl.int64)  # offsets past 2^31 elements
+    split = tl.program_id(1)
+    vblock = tl.program_id(2)
+    inv_sqrt_n = 1.0 / tl.sqrt(N.to(ACC))
+    k_base = k_ptr + (bh // H) * stride_kb + (bh % H) * stride_kh
+    v_base = v_ptr + (bh // H) * stride_vb + (bh % H) * stride_vh + vblock * BLOCK_DV
+    acc1 = tl.zeros((BLOCK_D, BLOCK_DV), ACC)
+    acc2 = tl.zeros((BLOCK_D, BLOCK_DV), ACC)
+    sum1 = tl.zeros((BLOCK_D,), ACC)
+    sum2 = tl.zeros((BLOCK_D,), ACC)
+    for i in range(blocks_per_split):
+        row0 = (split * blocks_per_split + i) * BLOCK_N
+        k = _load_rows(k_base, row0, N, D, stride_kn, BLOCK_N, BLOCK_D, ACC)
+        v = _load_rows(v_base, row0, N, D - vblock * BLOCK_DV, stride_vn, BLOCK_N, BLOCK_DV, ACC) * inv_sqrt_n
+        sin, cos = _load_rope(rope_ptr, row0, N, D, BLOCK_N, BLOCK_D, ACC)
+        h1, h2 = _key_halves(k, alpha, COS)
+        sum1 += tl.sum(h1, axis=0)
+        sum2 += tl.sum(h2, axis=0)
+        acc1 = _mm(tl.trans(_rope(h1, sin, cos, BLOCK_N, BLOCK_D) * inv_sqrt_n), v, acc1, ACC)
+        acc2 = _mm(tl.trans(_rope(h2, sin, cos, BLOCK_N, BLOCK_D) * inv_sqrt_n), v, acc2, ACC)
+    part = bh * tl.num_programs(1) + split
+    state_base = state_ptr + part * 2 * BLOCK_D * DV_PAD + vblock * BLOCK_DV
+    _store_rows(state_base, acc1, 0, BLOCK_D, BLOCK_DV, DV_PAD, BLOCK_D, BLOCK_DV)
+    _store_rows(state_base + BLOCK_D * DV_PAD, acc2, 0, BLOCK_D, BLOCK_DV, DV_PAD, BLOCK_D, BLOCK_DV)
+    if vblock == 0:
+        offs = tl.arange(0, BLOCK_D)
+        tl.store(ksum_ptr + part * 2 * BLOCK_D + offs, sum1)
+        tl.store(ksum_ptr + part * 2 * BLOCK_D + BLOCK_D + offs, sum2)
+
+
+@triton.jit
+def _forward_output_kernel(
+        q_ptr, rope_ptr, state_ptr, mean_ptr, out_ptr, H, N, D, stride_qb, stride_qh, stride_qn, alpha,
+        COS: tl.constexpr, ACC: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
+        BLOCK_DV: tl.constexpr, DV_PAD: tl.constexpr):
+    """Pass 2, grid (B*H, token blocks): out rows = R phi_q . state / (phi_q . mean + eps)."""
+    bh = tl.program_id(0).to(tl.int64)  # offsets past 2^31 elements
+    row0 = tl.program_id(1) * BLOCK_N
+    q_base = q_ptr + (bh // H) * stride_qb + (bh % H) * stride_qh
+    _, _, _, r1, r2, z, _, _ = _query_tile(q_base, rope_ptr, mean_ptr + bh * 2 * BLOCK_D, row0, N, D, stride_qn,
+                                           alpha, COS, ACC, BLOCK_N, BLOCK_D)
+    state_base = state_ptr + bh * 2 * BLOCK_D * DV_PAD
+    for c in tl.static_range(DV_PAD // BLOCK_DV):
+        num = _mm(r1, _state_block(state_base, 0, c, BLOCK_D, BLOCK_DV, DV_PAD, ACC),
+                  tl.zeros((BLOCK_N, BLOCK_DV), ACC), ACC)
+        num = _mm(r2, _state_block(state_base, 1, c, BLOCK_D, BLOCK_DV, DV_PAD, ACC), num, ACC)
+        _store_rows(out_ptr + bh * N * D + c * BLOCK_DV, num / z[:, None], row0, N, D - c * BLOCK_DV, D,
+                    BLOCK_N, BLOCK_DV)
+
+
+@triton.jit
+def _backward_query_kernel(
+        q_ptr, g_ptr, rope_ptr, state_ptr, mean_ptr, dq_ptr, dmean_ptr, H, N, D,
+        stride_qb, stride_qh, stride_qn, stride_gb, stride_gh, stride_gn, alpha,
+        COS: tl.constexpr, ACC: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
+        BLOCK_DV: tl.constexpr, DV_PAD: tl.constexpr):
+    """Grid (B*H, token blocks): dq of the block, and its part of d mean = -sum_i (g_i . out_i / z_i) phi_q_i.
+
+    With g the output gradient: d(R phi_q)_i = state g_i / z_i, d phi_q_i (normaliser) = -(g_i . out_i / z_i) mean.
+    """
+    bh = tl.program_id(0).to(tl.int64)  # offsets past 2^31 elements
+    row0 = tl.program_id(1) * BLOCK_N
+    q_base = q_ptr + (bh // H) * stride_qb + (bh % H) * stride_qh
+    g_base = g_ptr + (bh // H) * stride_gb + (bh % H) * stride_gh
+    mean_base = mean_ptr + bh * 2 * BLOCK_D
+    q, h1, h2, r1, r2, z, sin, cos = _query_tile(q_base, rope_ptr, mean_base, row0, N, D, stride_qn,
+                                                 alpha, COS, ACC, BLOCK_N, BLOCK_D)
+    state_base = state_ptr + bh * 2 * BLOCK_D * DV_PAD
+    g_dot_num = tl.zeros((BLOCK_N,), ACC)
+    dr1 = tl.zeros((BLOCK_N, BLOCK_D), ACC)
+    dr2 = tl.zeros((BLOCK_N, BLOCK_D), ACC)
+    for c in tl.static_range(DV_PAD // BLOCK_DV):
+        s1 = _state_block(state_base, 0, c, BLOCK_D, BLOCK_DV, DV_PAD, ACC)
+        s2 = _state_block(state_base, 1, c, BLOCK_D, BLOCK_DV, DV_PAD, ACC)
+        g = _load_rows(g_base + c * BLOCK_DV, row0, N, D - c * BLOCK_DV, stride_gn, BLOCK_N, BLOCK_DV, ACC)
+        num = _mm(r2, s2, _mm(r1, s1, tl.zeros((BLOCK_N, BLOCK_DV), ACC), ACC), ACC)
+        g_dot_num += tl.sum(g * num, axis=1)
+        dr1 = _mm(g, tl.trans(s1), dr1, ACC)
+        dr2 = _mm(g, tl.trans(s2), dr2, ACC)
+    inv_z = (1.0 / z)[:, None]
+    w = g_dot_num[:, None] * inv_z * inv_z
+    d1 = _rope_t(dr1 * inv_z, sin, cos, BLOCK_N, BLOCK_D) - w * _load_vec(mean_base, BLOCK_D, ACC)[None, :]
+    d2 = _rope_t(dr2 * inv_z, sin, cos, BLOCK_N, BLOCK_D) - w * _load_vec(mean_base + BLOCK_D, BLOCK_D, ACC)[None, :]
+    dq = _query_halves_bwd(q, d1, d2, alpha, COS)
+    _store_rows(dq_ptr + bh * N * D, dq, row0, N, D, D, BLOCK_N, BLOCK_D)
+    dmean_base = dmean_ptr + (bh * tl.num_programs(1) + tl.program_id(1)) * 2 * BLOCK_D
+    offs = tl.arange(0, BLOCK_D)
+    tl.store(dmean_base + offs, -tl.sum(w * h1, axis=0))
+    tl.store(dmean_base + BLOCK_D + offs, -tl.sum(w * h2, axis=0))
+
+
+@triton.jit
+def _backward_state_kernel(
+        q_ptr, g_ptr, rope_ptr, mean_ptr, dstate_ptr, H, N, D,
+        stride_qb, stride_qh, stride_qn, stride_gb, stride_gh, stride_gn, alpha, blocks_per_split,
+        COS: tl.constexpr, ACC: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
+        BLOCK_DV: tl.constexpr, DV_PAD: tl.constexpr):
+    """Grid (B*H, splits, value blocks): partial d state = sum_i R_i phi_q_i (g_i / z_i)^T."""
+    bh = tl.program_id(0).to(tl.int64)  # offsets past 2^31 elements
+    split = tl.program_id(1)
+    vblock = tl.program_id(2)
+    q_base = q_ptr + (bh // H) * stride_qb + (bh % H) * stride_qh
+    g_base = g_ptr + (bh // H) * stride_gb + (bh % H) * stride_gh + vblock * BLOCK_DV
+    acc1 = tl.zeros((BLOCK_D, BLOCK_DV), ACC)
+    acc2 = tl.zeros((BLOCK_D, BLOCK_DV), ACC)
+    for i in range(blocks_per_split):
+        row0 = (split * blocks_per_split + i) * BLOCK_N
+        _, _, _, r1, r2, z, _, _ = _query_tile(q_base, rope_ptr, mean_ptr + bh * 2 * BLOCK_D, row0, N, D,
+                                               stride_qn, alpha, COS, ACC, BLOCK_N, BLOCK_D)
+        g = _load_rows(g_base, row0, N, D - vblock * BLOCK_DV, stride_gn, BLOCK_N, BLOCK_DV, ACC) / z[:, None]
+        acc1 = _mm(tl.trans(r1), g, acc1, ACC)
+        acc2 = _mm(tl.trans(r2), g, acc2, ACC)
+    part = bh * tl.num_programs(1) + split
+    base = dstate_ptr + part * 2 * BLOCK_D * DV_PAD + vblock * BLOCK_DV
+    _store_rows(base, acc1, 0, BLOCK_D, BLOCK_DV, DV_PAD, BLOCK_D, BLOCK_DV)
+    _store_rows(base + BLOCK_D * DV_PAD, acc2, 0, BLOCK_D, BLOCK_DV, DV_PAD, BLOCK_D, BLOCK_DV)
+
+
+@triton.jit(do_not_specialize=['N'])
+def _backward_key_kernel(
+        k_ptr, v_ptr, rope_ptr, dstate_ptr, dmean_ptr, dk_ptr, dv_ptr, H, N, D,
+        stride_kb, stride_kh, stride_kn, stride_vb, stride_vh, stride_vn, alpha,
+        COS: tl.constexpr, ACC: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
+        BLOCK_DV: tl.constexpr, DV_PAD: tl.constexpr):
+    """Grid (B*H, token blocks): dv_j = d state^T R_j phi_k_j / N, d phi_k_j = R_j^T d state v_j / N + d mean / N."""
+    bh = tl.program_id(0).to(tl.int64)  # offsets past 2^31 elements
+    row0 = tl.program_id(1) * BLOCK_N
+    inv_n = 1.0 / N.to(ACC)
+    k_base = k_ptr + (bh // H) * stride_kb + (bh % H) * stride_kh
+    v_base = v_ptr + (bh // H) * stride_vb + (bh % H) * stride_vh
+    k = _load_rows(k_base, row0, N, D, stride_kn, BLOCK_N, BLOCK_D, ACC)
+    sin, cos = _load_rope(rope_ptr, row0, N, D, BLOCK_N, BLOCK_D, ACC)
+    h1, h2 = _key_halves(k, alpha, COS)
+    r1 = _rope(h1, sin, cos, BLOCK_N, BLOCK_D)
+    r2 = _rope(h2, sin, cos, BLOCK_N, BLOCK_D)
+    dstate_base = dstate_ptr + bh * 2 * BLOCK_D * DV_PAD
+    dr1 = tl.zeros((BLOCK_N, BLOCK_D), ACC)
+    dr2 = tl.zeros((BLOCK_N, BLOCK_D), ACC)
+    for c in tl.static_range(DV_PAD // BLOCK_DV):
+        s1 = _state_block(dstate_base, 0, c, BLOCK_D, BLOCK_DV, DV_PAD, ACC)
+        s2 = _state_block(dstate_base, 1, c, BLOCK_D, BLOCK_DV, DV_PAD, ACC)
+        v = _load_rows(v_base + c * BLOCK_DV, row0, N, D - c * BLOCK_DV, stride_vn, BLOCK_N, BLOCK_DV, ACC)
+        dr1 = _mm(v, tl.trans(s1), dr1, ACC)
+        dr2 = _mm(v, tl.trans(s2), dr2, ACC)
+        dv = _mm(r2, s2, _mm(r1, s1, tl.zeros((BLOCK_N, BLOCK_DV), ACC), ACC), ACC) * inv_n
+        _store_rows(dv_ptr + bh * N * D + c * BLOCK_DV, dv, row0, N, D - c * BLOCK_DV, D, BLOCK_N, BLOCK_DV)
+    dmean_base = dmean_ptr + bh * 2 * BLOCK_D
+    d1 = (_rope_t(dr1, sin, cos, BLOCK_N, BLOCK_D) + _load_vec(dmean_base, BLOCK_D, ACC)[None, :]) * inv_n
+    d2 = (_rope_t(dr2, sin, cos, BLOCK_N, BLOCK_D) + _load_vec(dmean_base + BLOCK_D, BLOCK_D, ACC)[None, :]) * inv_n
+    _store_rows(dk_ptr + bh * N * D, _key_halves_bwd(k, d1, d2, alpha, COS), row0, N, D, D, BLOCK_N, BLOCK_D)
+
+
+# ----------------------------------------------------------------------------------------------
+# Launchers: (B, H, N, d) tensors with a unit last stride; rope (2, N, d) contiguous, in the
+# compute dtype. ``alpha`` None selects the release form, a float the cosine-inhibit form.
+# ----------------------------------------------------------------------------------------------
+class _Launch:
+    """Block sizes and grid shapes for one (B, H, N, d) problem."""
+
+    def __init__(self, x: torch.Tensor, alpha: Optional[float]):
+        self.batch, self.heads, self.n, self.d = x.shape
+        self.bh = self.batch * self.heads
+        self.block_d = max(16, triton.next_power_of_2(self.d))
+        self.block_dv = min(self.block_d, 64)
+        self.dv_pad = triton.cdiv(self.d, self.block_dv) * self.block_dv
+        # Small token blocks: the backward kernels keep ~9 (BLOCK_N, BLOCK_D) fp32 tiles live, and at
+        # BLOCK_N = 64 they spilled registers (H200, d = 64: forward + backward 22.5 ms at BLOCK_N = 64,
+        # 10.2 ms at 32, 3.4 ms at 16, for 2 heads x 82,944 tokens).
+        self.block_n = 16
+        self.token_blocks = triton.cdiv(self.n, self.block_n)
+        self.acc_dtype = torch.float64 if x.dtype == torch.float64 else torch.float32
+        self.device = x.device
+        self.alpha = 0.0 if alpha is None else float(alpha)
+        self.meta = dict(
+            COS=alpha is not None, ACC=tl.float64 if x.dtype == torch.float64 else tl.float32,
+            BLOCK_N=self.block_n, BLOCK_D=self.block_d, BLOCK_DV=self.block_dv, DV_PAD=self.dv_pad,
+            num_warps=4)
+
+    def splits(self) -> Tuple[int, int]:
+        """(token blocks per program, programs) for the token reductions: enough programs to fill the GPU."""
+        programs = self.bh * (self.dv_pad // self.block_dv)
+        target = REDUCTION_PROGRAMS
+        if target is None and not INTERPRETED and self.device.type == 'cuda':
+            target = 2 * torch.cuda.get_device_properties(self.device).multi_processor_count
+        wanted = (target or programs) // programs
+        per_split = triton.cdiv(self.token_blocks, max(1, min(wanted, self.token_blocks)))
+        return per_split, triton.cdiv(self.token_blocks, per_split)
+
+    def empty(self, *shape: int) -> torch.Tensor:
+        return torch.empty(*shape, device=self.device, dtype=self.acc_dtype)
+
+
+def _strides(x: torch.Tensor) -> Tuple[int, int, int]:
+    assert x.stride(-1) == 1, 'the head dim must be contiguous'
+    return x.stride(0), x.stride(1), x.stride(2)
+
+
+def forward_state(k: torch.Tensor, v: torch.Tensor, rope: torch.Tensor, alpha: Optional[float]):
+    """Pass 1: (state (B*H, 2, BLOCK_D, DV_PAD), mean of phi_k (B*H, 2, BLOCK_D)), padded with zeros."""
+    cfg = _Launch(k, alpha)
+    per_split, n_splits = cfg.splits()
+    state = cfg.empty(cfg.bh, n_splits, 2, cfg.block_d, cfg.dv_pad)
+    ksum = cfg.empty(cfg.bh, n_splits, 2, cfg.block_d)
+    grid = (cfg.bh, n_splits, cfg.dv_pad // cfg.block_dv)
+    _forward_state_kernel[grid](k, v, rope, state, ksum, cfg.heads, cfg.n, cfg.d, *_strides(k), *_strides(v),
+                                cfg.alpha, per_split, **cfg.meta)
+    return state.sum(1), ksum.sum(1) / cfg.n
+
+
+def forward_output(q: torch.Tensor, rope: torch.Tensor, state: torch.Tensor, mean: torch.Tensor,
+                   alpha: Optional[float]) -> torch.Tensor:
+    """Pass 2: out (B, H, N, d) in the compute dtype."""
+    cfg = _Launch(q, alpha)
+    out = cfg.empty(cfg.batch, cfg.heads, cfg.n, cfg.d)
+    _forward_output_kernel[(cfg.bh, cfg.token_blocks)](q, rope, state, mean, out, cfg.heads, cfg.n, cfg.d,
+                                                       *_strides(q), cfg.alpha, **cfg.meta)
+    return out
+
+
+def backward_query(q, dout, rope, state, mean, alpha):
+    """(dq like q, d mean (B*H, 2, BLOCK_D))."""
+    cfg = _Launch(q, alpha)
+    dq = torch.empty_like(q, memory_format=torch.contiguous_format)
+    dmean = cfg.empty(cfg.bh, cfg.token_blocks, 2, cfg.block_d)
+    _backward_query_kernel[(cfg.bh, cfg.token_blocks)](
+        q, dout, rope, state, mean, dq, dmean, cfg.heads, cfg.n, cfg.d, *_strides(q), *_strides(dout),
+        cfg.alpha, **cfg.meta)
+    return dq, dmean.sum(1)
+
+
+def backward_state(q, dout, rope, mean, alpha):
+    """d state (B*H, 2, BLOCK_D, DV_PAD)."""
+    cfg = _Launch(q, alpha)
+    per_split, n_splits = cfg.splits()
+    dstate = cfg.empty(cfg.bh, n_splits, 2, cfg.block_d, cfg.dv_pad)
+    grid = (cfg.bh, n_splits, cfg.dv_pad // cfg.block_dv)
+    _backward_state_kernel[grid](q, dout, rope, mean, dstate, cfg.heads, cfg.n, cfg.d, *_strides(q),
+                                 *_strides(dout), cfg.alpha, per_split, **cfg.meta)
+    return dstate.sum(1)
+
+
+def backward_key(k, v, rope, dstate, dmean, alpha):
+    """(dk like k, dv like v)."""
+    cfg = _Launch(k, alpha)
+    dk = torch.empty_like(k, memory_format=torch.contiguous_format)
+    dv = torch.empty_like(v, memory_format=torch.contiguous_format)
+    _backward_key_kernel[(cfg.bh, cfg.token_blocks)](
+        k, v, rope, dstate, dmean, dk, dv, cfg.heads, cfg.n, cfg.d, *_strides(k), *_strides(v), cfg.alpha,
+        **cfg.meta)
+    return dk, dv

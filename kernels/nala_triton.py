@@ -1,0 +1,143 @@
+"""Fused Triton NaLa attention: autograd function and the ``nala_triton`` / ``nala_cos_triton`` kernels.
+
+``nala_attention(q, k, v, rope)`` computes exactly what the ``nala`` kernel of
+:mod:`nalaformer.ops.nala` computes (``nala_feature_maps`` + ``linear_attention``, RoPE
+included) without materialising the (B, heads, N, 2d) feature maps; ``nala_cos_attention``
+does the same for ``nala_cos``. Shapes: q, k, v (B, heads, N, d) in float16, bfloat16 or
+float32 (float64 under the interpreter); rope (2, N, d); output (B, heads, N, d) in float32
+(float64 for float64 inputs). Gradients flow to q, k and v.
+
+The registered kernels run the fused path on CUDA tensors, or on any tensor when Triton
+runs in interpreter mode, and fall back to the PyTorch reference otherwise and for
+unsupported shapes. Triton fixes its mode when it is first imported (``import timm`` already
+imports it), so ``TRITON_INTERPRET=1`` must be set before that.
+"""
+import sys
+from typing import Optional
+
+import torch
+import triton  # an ImportError here leaves the kernels unregistered
+from torch.autograd.function import once_differentiable
+
+from nalaformer.ops.nala import (
+    AttentionKernel, linear_attention, nala_cos_feature_maps, nala_feature_maps, register_attention_kernel,
+)
+
+__all__ = ['interpreting', 'nala_attention', 'nala_cos_attention', 'triton_supported',
+           'NaLaTritonKernel', 'NaLaCosTritonKernel']
+
+_JIT_MODULE = __name__.rpartition('.')[0] + '.nala_jit'
+_INPUT_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+# Larger heads would need (2, 128, 128)-plus fp32 tiles per program.
+MAX_HEAD_DIM = 128
+
+
+def _jit():
+    """The kernel module, imported on first use."""
+    from . import nala_jit
+    return nala_jit
+
+
+def interpreting() -> bool:
+    """Whether fused calls run in the Triton interpreter (the kernels' mode once they are loaded)."""
+    module = sys.modules.get(_JIT_MODULE)
+    return module.INTERPRETED if module is not None else triton.knobs.runtime.interpret
+
+
+def triton_supported(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, rope: torch.Tensor) -> bool:
+    """Whether the fused kernels can compute attention for these inputs here."""
+    if q.dim() != 4 or not (q.shape == k.shape == v.shape) or q.numel() == 0:
+        return False
+    n, d = q.shape[-2:]
+    if d % 4 or d > MAX_HEAD_DIM or tuple(rope.shape) != (2, n, d) or rope.requires_grad:
+        return False
+    if q.dtype not in _INPUT_DTYPES or not (q.dtype == k.dtype == v.dtype):
+        return False
+    if len({q.device, k.device, v.device, rope.device}) > 1:
+        return False
+    if interpreting():
+        return True
+    return q.device.type == 'cuda' and q.dtype != torch.float64
+
+
+def _head_dim_contiguous(x: torch.Tensor) -> torch.Tensor:
+    return x if x.stride(-1) == 1 else x.contiguous()
+
+
+class _NaLaFunction(torch.autograd.Function):
+    """Fused forward (two passes over the tokens) and backward (three) of NaLa attention.
+
+    Saves only q, k, v, the rope table, the (2, d, d) state and the (2, d) mean of phi_k per head.
+    """
+
+    @staticmethod
+    def forward(ctx, q, k, v, rope, alpha: Optional[float]):
+        q, k, v = (_head_dim_contiguous(x) for x in (q, k, v))
+        rope = rope.to(torch.float64 if q.dtype == torch.float64 else torch.float32).contiguous()
+        jit = _jit()
+        state, mean = jit.forward_state(k, v, rope, alpha)
+        out = jit.forward_output(q, rope, state, mean, alpha)
+        ctx.save_for_backward(q, k, v, rope, state, mean)
+        ctx.alpha = alpha
+        return out
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, dout):
+        q, k, v, rope, state, mean = ctx.saved_tensors
+        dout = _head_dim_contiguous(dout.to(state.dtype))
+        jit = _jit()
+        dq, dmean = jit.backward_query(q, dout, rope, state, mean, ctx.alpha)
+        dstate = jit.backward_state(q, dout, rope, mean, ctx.alpha)
+        dk, dv = jit.backward_key(k, v, rope, dstate, dmean, ctx.alpha)
+        return dq, dk, dv, None, None
+
+
+def nala_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, rope: torch.Tensor) -> torch.Tensor:
+    """Fused release NaLa attention: q, k, v (B, heads, N, d), rope (2, N, d) -> (B, heads, N, d) float32."""
+    return _NaLaFunction.apply(q, k, v, rope, None)
+
+
+def nala_cos_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, rope: torch.Tensor,
+                       alpha: float = 20.0) -> torch.Tensor:
+    """Fused cosine-inhibit NaLa attention (``nala_cos``), same shapes as :func:`nala_attention`."""
+    return _NaLaFunction.apply(q, k, v, rope, float(alpha))
+
+
+@register_attention_kernel('nala_triton')
+class NaLaTritonKernel(AttentionKernel):
+    """The ``nala`` kernel, fused in Triton where it can run (see :func:`triton_supported`)."""
+
+    def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, rope: torch.Tensor) -> torch.Tensor:
+        # Unlike the base class, float16 / bfloat16 inputs reach the kernels as they are: they
+        # upcast on load. The output is float32 either way.
+        half = (torch.float16, torch.bfloat16)
+        q, k, v = (x if x.dtype in half else x.float() for x in (q, k, v))
+        with torch.autocast('cuda', enabled=False), torch.autocast('cpu', enabled=False):
+            return self.attend(q, k, v, rope.float())
+
+    def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, rope: torch.Tensor) -> torch.Tensor:
+        if triton_supported(q, k, v, rope):
+            return self.fused(q, k, v, rope)
+        return self.reference(q.float(), k.float(), v.float(), rope.float())
+
+    def fused(self, q, k, v, rope):
+        return nala_attention(q, k, v, rope)
+
+    def reference(self, q, k, v, rope):
+        return linear_attention(*nala_feature_maps(q, k), v, rope)
+
+
+@register_attention_kernel('nala_cos_triton')
+class NaLaCosTritonKernel(NaLaTritonKernel):
+    """The ``nala_cos`` kernel (cosine inhibit, sharpness ``alpha``), fused in Triton where it can run."""
+
+    def __init__(self, alpha: float = 20.0):
+        super().__init__()
+        self.alpha = alpha
+
+    def fused(self, q, k, v, rope):
+        return nala_cos_attention(q, k, v, rope, self.alpha)
+
+    def reference(self, q, k, v, rope):
+        return linear_attention(*nala_cos_feature_maps(q, k, self.alpha), v, rope)

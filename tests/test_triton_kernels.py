@@ -1,0 +1,220 @@
+"""The fused Triton NaLa kernels (nalaformer.kernels) against the PyTorch reference (nalaformer.ops.nala).
+
+On a machine without a GPU the kernels run in the Triton interpreter. ``TRITON_INTERPRET`` is
+read when ``nalaformer.kernels.nala_jit`` is imported, which happens on the first fused call
+(importing ``nalaformer`` only registers the kernels), so setting it here, before that import,
+works in a full test session too. ``TRITON_INTERPRET=0 pytest tests/test_triton_kernels.py`` runs
+the compiled kernels on CUDA instead.
+"""
+import os
+
+os.environ.setdefault('TRITON_INTERPRET', '1')
+
+import importlib.util  # noqa: E402
+import json  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
+
+pytest.importorskip('triton')
+
+import timm  # noqa: E402
+
+from nalaformer.kernels import nala_jit, nala_triton  # noqa: E402
+from nalaformer.ops import (  # noqa: E402
+    ATTENTION_KERNELS, build_attention_kernel, linear_attention, nala_cos_feature_maps, nala_feature_maps,
+    rope_angles, rope_table,
+)
+
+if not nala_jit.INTERPRETED and not torch.cuda.is_available():
+    pytest.skip('TRITON_INTERPRET=0 runs the compiled kernels, which need a CUDA device', allow_module_level=True)
+DEVICE = 'cpu' if nala_jit.INTERPRETED else 'cuda'
+ROOT = Path(__file__).resolve().parents[1]
+
+# Errors are measured against a float64 reference on the same inputs, relative to the largest
+# magnitude of the reference tensor. float32 kernels: 1e-5. float16 / bfloat16 inputs: the
+# output is float32 and as exact as for float32 inputs; gradients come back in the input dtype,
+# so they carry its rounding: 2e-3 for float16 (2^-11 relative), 1e-2 for bfloat16 (the
+# interpreter truncates float32 -> bfloat16 instead of rounding: up to one ulp, 2^-7).
+TOLERANCE = {torch.float32: 1e-5, torch.float16: 2e-3, torch.bfloat16: 1e-2, torch.float64: 1e-12}
+
+
+def make_inputs(batch, heads, height, width, d, dtype=torch.float32, seed=0):
+    """q, k, v (batch, heads, H*W, d) leaves in ``dtype`` on DEVICE, and the (2, N, d) RoPE table.
+
+    Query norms span 0.1 .. 3 so that p(|q|) = 3 (0.5 + tanh |q|) and its slope both vary; the
+    tensors are strided views of one (B, N, 3, heads, d) buffer, like the attention module's.
+    """
+    g = torch.Generator().manual_seed(seed)
+    n = height * width
+    qkv = torch.randn(batch, n, 3, heads, d, generator=g, dtype=torch.float64)
+    qkv[:, :, 0] *= torch.linspace(0.1, 3.0, n, dtype=torch.float64)[:, None, None] / qkv[:, :, 0].norm(
+        dim=-1, keepdim=True)
+    qkv[:, :, 1] *= 0.7
+    qkv = qkv.to(device=DEVICE, dtype=dtype)
+    q, k, v = (qkv[:, :, i].transpose(1, 2).requires_grad_() for i in range(3))
+    rope = rope_table(rope_angles(d, device=DEVICE), height, width)
+    return q, k, v, rope
+
+
+def reference(q, k, v, rope, alpha=None):
+    """The PyTorch reference in float64 on the same values: output and the function for gradients."""
+    q, k, v = (x.detach().double().requires_grad_() for x in (q, k, v))
+    maps = nala_feature_maps(q, k) if alpha is None else nala_cos_feature_maps(q, k, alpha)
+    return linear_attention(*maps, v, rope.double()), (q, k, v)
+
+
+def fused(q, k, v, rope, alpha=None):
+    if alpha is None:
+        return nala_triton.nala_attention(q, k, v, rope)
+    return nala_triton.nala_cos_attention(q, k, v, rope, alpha)
+
+
+def assert_close_scaled(actual, expected, rel, what):
+    scale = expected.abs().max().item()
+    err = (actual.double() - expected).abs().max().item()
+    assert err <= rel * scale, f'{what}: max error {err:.3e} > {rel:g} x scale {scale:.3e}'
+
+
+def check_against_reference(q, k, v, rope, alpha=None):
+    """Output and dq, dk, dv of the fused kernels vs the float64 reference, for one random dout."""
+    out = fused(q, k, v, rope, alpha)
+    ref, ref_inputs = reference(q, k, v, rope, alpha)
+    assert out.dtype == (torch.float64 if q.dtype == torch.float64 else torch.float32)
+    assert out.shape == q.shape
+    dout = torch.randn_like(out)
+    grads = torch.autograd.grad(out, (q, k, v), dout)
+    ref_grads = torch.autograd.grad(ref, ref_inputs, dout.double())
+    tol = TOLERANCE[q.dtype]
+    assert_close_scaled(out, ref, TOLERANCE[torch.float64 if q.dtype == torch.float64 else torch.float32], 'out')
+    for name, grad, ref_grad, x in zip('qkv', grads, ref_grads, (q, k, v)):
+        assert grad.dtype == x.dtype and grad.shape == x.shape
+        assert_close_scaled(grad, ref_grad, tol, f'd{name}')
+
+
+# (batch, heads, H, W, head dim): odd N, N below one block of tokens (16), several
+# blocks, non-square grids, padded feature dims (96 -> 128, two value blocks), B * heads > 1.
+SHAPES = [
+    (2, 2, 3, 5, 32),
+    (1, 3, 7, 11, 64),
+    (2, 1, 5, 9, 96),
+    (1, 2, 1, 3, 32),
+    (1, 1, 9, 11, 32),
+]
+
+
+@pytest.mark.parametrize('batch,heads,height,width,d', SHAPES)
+def test_nala_matches_reference_fp32(batch, heads, height, width, d):
+    check_against_reference(*make_inputs(batch, heads, height, width, d))
+
+
+@pytest.mark.parametrize('alpha,shape', [(20.0, (2, 2, 3, 5, 32)), (5.0, (1, 2, 4, 7, 96)), (1.0, (1, 1, 9, 8, 64))])
+def test_nala_cos_matches_reference_fp32(alpha, shape):
+    check_against_reference(*make_inputs(*shape), alpha=alpha)
+
+
+@pytest.mark.parametrize('dtype', [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize('alpha', [None, 20.0])
+def test_half_precision_inputs(dtype, alpha):
+    check_against_reference(*make_inputs(2, 2, 5, 7, 64, dtype=dtype), alpha=alpha)
+
+
+def test_zero_query_and_key_rows():
+    """A zero query (direction clamped at 1e-12) and a zero key keep finite, matching gradients."""
+    q, k, v, rope = make_inputs(1, 2, 3, 4, 32)
+    with torch.no_grad():
+        q[0, 0, 5] = 0
+        k[0, 1, 2] = 0
+    check_against_reference(q, k, v, rope)
+    check_against_reference(q, k, v, rope, alpha=20.0)
+
+
+@pytest.mark.parametrize('programs', [2, 1000])
+def test_token_reduction_split_across_programs(monkeypatch, programs):
+    """Splitting the token sums over several programs (as on a GPU) gives the same result."""
+    monkeypatch.setattr(nala_jit, 'REDUCTION_PROGRAMS', programs)
+    q, k, v, rope = make_inputs(1, 1, 5, 9, 32)  # 45 tokens: 3 blocks of 16
+    assert nala_jit._Launch(q, None).splits() == ((2, 2) if programs == 2 else (1, 3))
+    check_against_reference(q, k, v, rope)
+
+
+@pytest.mark.parametrize('alpha', [None, 3.0])
+def test_gradcheck_float64(alpha):
+    """torch.autograd.gradcheck (fast mode: random projections of the Jacobian) in float64."""
+    q, k, v, rope = make_inputs(2, 2, 3, 5, 32, dtype=torch.float64)
+    assert torch.autograd.gradcheck(lambda *x: fused(*x, rope.double(), alpha), (q, k, v), fast_mode=True)
+
+
+def test_registered_kernels_and_fallback(monkeypatch):
+    """The registered kernels run fused here and fall back to the reference where Triton cannot run."""
+    assert {'nala_triton', 'nala_cos_triton'} <= set(ATTENTION_KERNELS)
+    kernel = build_attention_kernel('nala_cos_triton', alpha=5.0)
+    assert kernel.alpha == 5.0
+    q, k, v, rope = make_inputs(1, 2, 3, 5, 32)
+    assert nala_triton.triton_supported(q, k, v, rope)
+    assert not nala_triton.triton_supported(q, k, v, rope[:, :-1])  # table for another grid
+    q6, k6, v6, rope6 = make_inputs(1, 1, 2, 3, 192)  # head dim above 128
+    assert not nala_triton.triton_supported(q6, k6, v6, rope6)
+    reference_kernel = build_attention_kernel('nala')
+    torch.testing.assert_close(build_attention_kernel('nala_triton')(q6, k6, v6, rope6),
+                               reference_kernel(q6, k6, v6, rope6))
+
+    with monkeypatch.context() as m:  # CPU tensors without the interpreter
+        m.setattr(nala_jit, 'INTERPRETED', False)
+        assert not nala_triton.triton_supported(*(x.detach().cpu() for x in (q, k, v, rope)))
+
+    calls = []
+    monkeypatch.setattr(nala_triton, 'nala_cos_attention', lambda *a: calls.append(a))
+    monkeypatch.setattr(nala_triton, 'triton_supported', lambda *a: False)
+    expected = build_attention_kernel('nala_cos', alpha=5.0)(q, k, v, rope)
+    torch.testing.assert_close(kernel(q, k, v, rope), expected)
+    assert not calls
+
+
+def test_kernel_module_keeps_half_inputs_and_returns_float32(monkeypatch):
+    """The registered kernel hands bfloat16 q, k, v to the fused function as they are; output float32."""
+    seen = []
+    real = nala_triton.nala_attention
+    monkeypatch.setattr(nala_triton, 'nala_attention', lambda *a: seen.append(a[0].dtype) or real(*a))
+    q, k, v, rope = make_inputs(1, 1, 3, 5, 32, dtype=torch.bfloat16)
+    out = build_attention_kernel('nala_triton')(q, k, v, rope)
+    assert seen == [torch.bfloat16] and out.dtype == torch.float32
+
+
+def test_model_with_triton_stages_matches_default():
+    """nalaformer_xt with fused NaLa stages gives the default model's logits and input gradients."""
+    torch.manual_seed(0)
+    default = timm.create_model('nalaformer_xt').eval().to(DEVICE)
+    fused_model = timm.create_model('nalaformer_xt', attn_types=('nala_triton', 'nala_triton', 'softmax', 'softmax'))
+    fused_model.load_state_dict(default.state_dict())
+    fused_model = fused_model.eval().to(DEVICE)
+    kernels = [type(m).__name__ for name, m in fused_model.named_modules() if name.endswith('attn.kernel')]
+    assert kernels[:4] == ['NaLaTritonKernel'] * 4 and 'NaLaTritonKernel' not in kernels[4:]
+    x = torch.randn(2, 3, 32, 64, device=DEVICE)  # stage 1: 8 x 16 tokens, stage 2: 4 x 8
+    x_default = x.clone().requires_grad_()
+    x_fused = x.clone().requires_grad_()
+    logits = default(x_default)
+    logits_fused = fused_model(x_fused)
+    torch.testing.assert_close(logits_fused, logits, rtol=1e-4, atol=1e-4)
+    logits.square().sum().backward()
+    logits_fused.square().sum().backward()
+    # Input gradients pass through the whole network (on a GPU: TF32, non-deterministic convolution backward).
+    torch.testing.assert_close(x_fused.grad, x_default.grad, rtol=1e-3, atol=1e-3 * x_default.grad.abs().max().item())
+
+
+def test_benchmark_tool_smoke(tmp_path):
+    """tools/analysis/benchmark_kernels.py --tiny writes valid JSON and a PNG with every row measured."""
+    spec = importlib.util.spec_from_file_location('benchmark_kernels', ROOT / 'tools/analysis/benchmark_kernels.py')
+    tool = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tool)
+    tool.main(['--tiny', '--check', '--device', DEVICE, '--out-dir', str(tmp_path)])
+    results = json.loads((tmp_path / 'benchmark_kernels.json').read_text())
+    rows = results['rows']
+    assert len(rows) == len(tool.TINY_SIDES) * len(tool.METHODS) * len(tool.MODES)
+    assert all(r['status'] == 'ok' and r['time_ms'] > 0 and r['bandwidth_gbps'] > 0 for r in rows)
+    assert all(r['fused'] for r in rows if r['method'] == 'nala_triton')
+    assert results['triton_interpreter'] == nala_jit.INTERPRETED
+    assert [c['n'] for c in results['checks']] == [side * side for side in tool.TINY_SIDES]
+    assert all(err < 1e-4 for c in results['checks'] for err in c['relative_max_error'].values())
+    assert (tmp_path / 'benchmark_kernels.png').read_bytes()[:8] == b'\x89PNG\r\n\x1a\n'
