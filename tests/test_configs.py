@@ -12,8 +12,8 @@ CONFIGS = sorted(p for p in (ROOT / 'configs').rglob('*.py') if '_base_' not in 
 
 
 def _registry_has(registry, scope, type_name):
-    with DefaultScope.overwrite_default_scope(scope):
-        return registry.get(type_name) is not None
+    with registry.switch_scope_and_registry(scope) as scoped:  # e.g. mmdet's child registry, as build() does
+        return scoped.get(type_name) is not None
 
 
 @pytest.mark.parametrize('path', CONFIGS, ids=[str(p.relative_to(ROOT / 'configs')) for p in CONFIGS])

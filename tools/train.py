@@ -13,7 +13,7 @@ import torch
 from mmengine.config import DictAction
 
 import nalaformer.engine  # noqa: F401  (registers models, datasets, hooks, metrics, runner)
-from nalaformer.engine.launch import build_runner, finalize_config, load_config
+from nalaformer.engine.launch import build_runner, check_dataset_files, finalize_config, load_config
 
 
 def parse_args(argv=None):
@@ -64,6 +64,7 @@ def main(argv=None):
         cfg.auto_scale_lr.enable = True
     if args.wandb:
         add_wandb(cfg, args.wandb)
+    check_dataset_files(cfg, ('train', 'val'))
     build_runner(cfg).train()
 
 

@@ -62,6 +62,33 @@ def finalize_config(cfg: Config, config_path: str, work_dir: Optional[str], laun
     return cfg
 
 
+def check_dataset_files(cfg: Config, splits) -> None:
+    """Name the missing path and the layout the config expects when a dataset's files are absent.
+
+    Looks at OpenMMLab-style datasets (``data_root`` + ``ann_file`` + ``data_prefix``, through
+    wrappers such as RepeatDataset) and at evaluators' ``ann_file`` (COCO); other datasets check
+    their own files. ``splits``: the dataloaders the run will build, e.g. ('train', 'val').
+    """
+    for split in splits:
+        dataset = (cfg.get(f'{split}_dataloader') or {}).get('dataset')
+        while dataset is not None and 'dataset' in dataset:
+            dataset = dataset.dataset
+        if dataset is None or 'data_prefix' not in dataset:
+            continue
+        root = dataset.get('data_root') or ''
+        expected = [p for p in (dataset.get('ann_file'), *dataset.data_prefix.values()) if p]
+        paths = [(osp.join(root, p), f'{split}_dataloader.dataset.data_root (or ann_file, data_prefix)')
+                 for p in expected]
+        evaluators = cfg.get(f'{split}_evaluator') or []
+        for evaluator in evaluators if isinstance(evaluators, (list, tuple)) else [evaluators]:
+            paths += [(evaluator.ann_file, f'{split}_evaluator.ann_file')] if evaluator.get('ann_file') else []
+        for path, key in paths:
+            if '://' not in path and not osp.exists(path):
+                raise FileNotFoundError(
+                    f'{path} does not exist ({split} data). Expected layout: {", ".join(expected)} under '
+                    f'data_root {root!r}. Set {key} in the config or with --cfg-options.')
+
+
 def build_runner(cfg: Config) -> Runner:
     if cfg.launcher == 'pytorch' and not torch.cuda.is_available() and not torch.distributed.is_initialized():
         # mmengine's pytorch launcher always selects a CUDA device; on CPU-only machines (tests, CI)

@@ -1,0 +1,42 @@
+"""Detect objects (and instance masks) in one image and save a picture of the predictions.
+
+    python tools/det_demo.py demo.jpg configs/coco/mask-rcnn_nalaformer-t_fpn_1x_coco.py \
+        work_dirs/mask-rcnn_nalaformer-t_fpn_1x_coco/epoch_12.pth --out demo_pred.png
+
+Use the config the checkpoint was trained with (tools/train.py saves it in the work dir); class
+names come from the checkpoint. mmdet's init_detector / inference_detector and DetLocalVisualizer.
+"""
+import argparse
+
+import mmcv
+import torch
+from mmdet.apis import inference_detector, init_detector
+from mmdet.registry import VISUALIZERS
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument('image', help='image file')
+    parser.add_argument('config', help='detection config file')
+    parser.add_argument('checkpoint', help='checkpoint written by tools/train.py')
+    parser.add_argument('--out', required=True, help='output image (.png, .jpg)')
+    parser.add_argument('--device', default='cuda:0' if torch.cuda.is_available() else 'cpu')
+    parser.add_argument('--score-thr', type=float, default=0.3, help='draw predictions scoring at least this')
+    return parser.parse_args(argv)
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    model = init_detector(args.config, args.checkpoint, device=args.device)  # the config imports nalaformer.dense
+    result = inference_detector(model, args.image)
+    visualizer = VISUALIZERS.build(model.cfg.visualizer)
+    visualizer.dataset_meta = model.dataset_meta
+    image = mmcv.imread(args.image, channel_order='rgb')
+    visualizer.add_datasample('prediction', image, data_sample=result, draw_gt=False,
+                              pred_score_thr=args.score_thr, out_file=args.out)
+    kept = int((result.pred_instances.scores >= args.score_thr).sum())
+    print(f'{kept} detections with score >= {args.score_thr} drawn to {args.out}')
+
+
+if __name__ == '__main__':
+    main()
