@@ -159,7 +159,7 @@ def test_frozen_stages_get_no_gradients():
     from mmdet.utils import register_all_modules
     register_all_modules()
     cfg = Config.fromfile(str(MASK_RCNN))
-    cfg.model.backbone.update(init_cfg=None, frozen_stages=1, embed_dims=TINY_DIMS, depths=[1, 1, 1, 1],
+    cfg.model.backbone.update(init_cfg=None, frozen_stages=2, embed_dims=TINY_DIMS, depths=[1, 1, 1, 1],
                               num_heads=[1, 2, 3, 4])
     cfg.model.neck.in_channels = TINY_DIMS
     cfg.merge_from_dict(HEAD_WIDTHS['mask_rcnn'])
@@ -169,7 +169,7 @@ def test_frozen_stages_get_no_gradients():
     loss, _ = model.parse_losses(model(**data, mode='loss'))
     loss.backward()
     backbone = model.backbone.model.model
-    frozen = ['patch_embed', 'layers.0', 'layers.1']  # the stem and stages 0..frozen_stages
+    frozen = ['patch_embed', 'layers.0', 'layers.1']  # the stem and the first frozen_stages stages
     for name, param in backbone.named_parameters():
         if name.startswith(tuple(frozen)):
             assert not param.requires_grad and param.grad is None, name

@@ -11,6 +11,8 @@ import pytest
 import torch
 from PIL import Image, ImageDraw
 
+import nalaformer  # noqa: F401  (registers the timm models used below)
+
 ROOT = Path(__file__).resolve().parents[1]
 CONFIG = str(ROOT / 'configs' / 'nalaformer' / 'nalaformer-t_8xb128_in1k.py')
 COLOURS = [(230, 40, 40), (40, 200, 40), (40, 40, 230)]

@@ -1,5 +1,6 @@
 """One backbone wrapper for dense prediction (mmsegmentation, mmdetection) around our timm models."""
 import logging
+import os.path as osp
 from typing import Optional, Sequence, Tuple
 
 import timm
@@ -17,7 +18,8 @@ class NaLaBackbone(BaseModule):
 
     Args:
         arch: timm model name. out_indices: stages to output (0-3 at strides 4/8/16/32).
-        frozen_stages: stem and stages up to this index get no gradients (-1: none).
+        frozen_stages: as in mmdet/mmseg backbones: 0 freezes the stem, k the stem and the first k
+            stages (no gradients, eval mode); -1 freezes nothing.
         norm_eval: keep BatchNorm layers in eval mode while training (frozen statistics).
         with_cp: gradient checkpointing in every stage.
         out_norms: a LayerNorm on each output (detection/segmentation heads expect normalised maps).
@@ -52,7 +54,7 @@ class NaLaBackbone(BaseModule):
         return [stem, *stages]
 
     def _freeze_stages(self) -> None:
-        for module in self.stage_modules[:self.frozen_stages + 2] if self.frozen_stages >= 0 else []:
+        for module in self.stage_modules[:self.frozen_stages + 1]:
             module.eval()
             for param in module.parameters():
                 param.requires_grad = False
@@ -70,6 +72,10 @@ class NaLaBackbone(BaseModule):
         if not (self.init_cfg and self.init_cfg.get('type') == 'Pretrained'):
             return super().init_weights()
         path = self.init_cfg['checkpoint']
+        if not osp.isfile(path):
+            raise FileNotFoundError(
+                f'backbone checkpoint {path} does not exist: put ImageNet weights there (ours or the release\'s) or '
+                f'set --cfg-options model.backbone.init_cfg.checkpoint=PATH (model.backbone.init_cfg=None: no weights)')
         self.model.model.load_pretrained(path)  # the model's own safe loader and checkpoint filter
         print_log(f'loaded backbone weights from {path}', logger='current', level=logging.INFO)
         self._is_init = True

@@ -1,0 +1,10 @@
+# Runtime shared by the segmentation configs: mmseg's (SegLocalVisualizer, SegTTAModel for
+# `tools/test.py --tta`) with this project's atomic, weights-only loadable checkpoints.
+_base_ = ['mmseg::_base_/default_runtime.py']
+
+custom_imports = dict(imports=['nalaformer.dense', 'nalaformer.engine'], allow_failed_imports=False)
+runner_type = 'NaLaRunner'  # atomic checkpoint writes
+custom_hooks = [dict(type='ResumableCheckpointHook')]  # checkpoints load with torch.load(weights_only=True)
+sync_bn = 'torch'  # the backbone's stem/downsampling BatchNorms synchronised across GPUs (heads use SyncBN)
+vis_backends = [dict(type='LocalVisBackend'), dict(type='TensorboardVisBackend')]  # scalars.json + TensorBoard
+visualizer = dict(vis_backends=vis_backends)

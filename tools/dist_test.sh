@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Distributed evaluation with torchrun, any task (classification, segmentation, detection).
+#
+#   tools/dist_test.sh CONFIG CHECKPOINT GPUS [tools/test.py options, e.g. --tta --show-dir DIR]
+#
+# Environment: NNODES (1), NODE_RANK (0), MASTER_ADDR (127.0.0.1), PORT (29500).
+set -euo pipefail
+if [ $# -lt 3 ]; then
+    echo "usage: $0 CONFIG CHECKPOINT GPUS_PER_NODE [tools/test.py options]" >&2
+    exit 2
+fi
+CONFIG=$1
+CHECKPOINT=$2
+GPUS=$3
+shift 3
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+PYTHONPATH="$ROOT:${PYTHONPATH:-}" exec python -m torch.distributed.run \
+    --nnodes="${NNODES:-1}" --node_rank="${NODE_RANK:-0}" \
+    --master_addr="${MASTER_ADDR:-127.0.0.1}" --master_port="${PORT:-29500}" \
+    --nproc_per_node="$GPUS" \
+    "$ROOT/tools/test.py" "$CONFIG" "$CHECKPOINT" --launcher pytorch "$@"
