@@ -1,9 +1,10 @@
 """timm's own model test-suite (tests/test_models.py of the installed timm), run on our models.
 
 scripts/setup.sh puts timm's tests (from its sdist) in $NALAFORMER_CACHE/timm-<version>-tests.
-Our family is added to the list of modules with forward_intermediates() support, so the
-feature and intermediate tests run for it too; then every test whose id names one of our
-models runs: forward/backward, default cfgs, features, intermediates, TorchScript, FX.
+Each of our families (nalaformer, nala_swin) is added to the list of modules with
+forward_intermediates() support, so the feature and intermediate tests run for it too; then every
+test whose id names one of its models runs: forward/backward, default cfgs, features,
+intermediates, TorchScript, FX. One family: pytest tests/test_timm_suite.py -k nala_swin
 """
 import os
 import shutil
@@ -18,18 +19,26 @@ CACHE = Path(os.environ.get('NALAFORMER_CACHE', Path.home() / '.cache' / 'nalafo
 TIMM_TESTS = CACHE / f'timm-{timm.__version__}-tests'
 
 
+# Our model families: timm module name (for the forward_intermediates filter and -k) and variants.
+FAMILIES = {
+    'nalaformer': ('nalaformer_xt', 'nalaformer_t', 'nalaformer_s', 'nalaformer_b', 'nalaformer_l'),
+    'nala_swin': ('nala_swin_tiny', 'nala_swin_small', 'nala_swin_base'),
+}
+
+
 @pytest.mark.slow
-def test_timm_model_suite_passes_for_nalaformer(tmp_path):
+@pytest.mark.parametrize('family', list(FAMILIES))
+def test_timm_model_suite_passes(tmp_path, family):
     source = TIMM_TESTS / 'test_models.py'
     assert source.is_file(), f'{source} is missing: run `bash scripts/setup.sh` first'
     text = source.read_text()
     anchor = 'FEAT_INTER_FILTERS = ['
     assert anchor in text, 'timm test-suite layout changed: FEAT_INTER_FILTERS not found'
-    (tmp_path / 'test_models.py').write_text(text.replace(anchor, anchor + "'nalaformer', ", 1))
+    (tmp_path / 'test_models.py').write_text(text.replace(anchor, anchor + f"'{family}', ", 1))
     shutil.copy(TIMM_TESTS / 'conftest.py', tmp_path / 'conftest.py')
     result = subprocess.run(
         [sys.executable, '-m', 'pytest', '-p', 'nalaformer', '-p', 'no:cacheprovider', '-v', '-W', 'ignore',
-         '-k', 'nalaformer', 'test_models.py'],
+         '-k', family, 'test_models.py'],
         cwd=tmp_path, capture_output=True, text=True, timeout=3000)
     summary = result.stdout.strip().splitlines()[-1] if result.stdout.strip() else ''
     assert result.returncode == 0, result.stdout[-6000:] + result.stderr[-2000:]
@@ -40,6 +49,6 @@ def test_timm_model_suite_passes_for_nalaformer(tmp_path):
                  'test_model_forward_features', 'test_model_forward_intermediates',
                  'test_model_forward_intermediates_features', 'test_model_forward_torchscript',
                  'test_model_forward_fx', 'test_model_backward_fx', 'test_model_forward_fx_torchscript'):
-        for variant in ('xt', 't', 's', 'b', 'l'):
+        for variant in FAMILIES[family]:
             batch = 2 if 'backward' in test else 1
-            assert f'{test}[{batch}-nalaformer_{variant}]' in passed, f'{test} did not pass for nalaformer_{variant}'
+            assert f'{test}[{batch}-{variant}]' in passed, f'{test} did not pass for {variant}'

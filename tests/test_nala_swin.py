@@ -1,0 +1,312 @@
+"""NaLa-Swin (the paper's Swin-T protocol): layouts, sizes, timm parity, kernels, features, checkpoints."""
+import re
+from pathlib import Path
+
+import pytest
+import timm
+import torch
+import torch.nn as nn
+from timm.models.swin_transformer import SwinTransformerBlock, WindowAttention
+
+import nalaformer  # noqa: F401  (registers the models)
+from nalaformer.checkpoint import CheckpointError
+from nalaformer.dense.backbone import NaLaBackbone
+from nalaformer.models.nala_swin import (
+    GlobalAttentionBlock, NaLaSwinTransformer, ShiftedWindowBlock, checkpoint_filter_fn, shifted_window_mask,
+)
+from nalaformer.ops.nala import ATTENTION_KERNELS, rope_angles, rope_table
+
+# Small widths (head dims 16/16/32/32) keep these fast; depth 2 per stage includes a shifted block.
+SMALL = dict(embed_dim=16, depths=(2, 2, 2, 2), num_heads=(1, 2, 2, 4))
+# Smaller still for the layout x size grid (head dims 8/16/16/32; stage 3 has a shifted block).
+TINY = dict(embed_dim=8, depths=(1, 1, 2, 1), num_heads=(1, 1, 2, 2))
+NON_SQUARE = (200, 296)  # stage maps 50x74, 25x37, 13x19, 7x10: not multiples of the 7x7 window
+
+
+def small(layout='LLSS', **kwargs):
+    return timm.create_model('nala_swin_tiny', attn_layout=layout, **{**SMALL, **kwargs})
+
+
+@pytest.mark.parametrize('layout', ['LLSS', 'LLLL', 'SSSS'])
+@pytest.mark.parametrize('size', [(224, 224), NON_SQUARE], ids=['224', '200x296'])
+def test_layouts_forward_backward(layout, size):
+    torch.manual_seed(0)
+    model = small(layout, num_classes=5, **TINY)
+    assert model.attn_layout == tuple(layout)
+    for stage, kind in zip(model.layers, layout):
+        block_type = GlobalAttentionBlock if kind == 'L' else ShiftedWindowBlock
+        assert all(type(b) is block_type for b in stage.blocks)
+    out = model(torch.randn(2, 3, *size))
+    assert out.shape == (2, 5) and torch.isfinite(out).all()
+    out.logsumexp(-1).mean().backward()
+    assert all(p.grad is not None and torch.isfinite(p.grad).all() for p in model.parameters())
+
+
+def test_real_width_tiny_forward_backward_non_square():
+    torch.manual_seed(0)
+    model = timm.create_model('nala_swin_tiny')
+    assert sum(p.numel() for p in model.parameters()) == pytest.approx(28.30e6, abs=0.01e6)
+    feats, inter = model.forward_intermediates(torch.randn(1, 3, *NON_SQUARE))
+    assert [tuple(f.shape) for f in inter] == [(1, 96, 50, 74), (1, 192, 25, 37), (1, 384, 13, 19), (1, 768, 7, 10)]
+    out = model.forward_head(feats)
+    out.sum().backward()
+    assert model.layers[0].blocks[0].attn.qkv.weight.grad.abs().sum() > 0
+
+
+def test_odd_input_sizes_are_padded():
+    model = small().eval()
+    with torch.no_grad():
+        assert model(torch.randn(1, 3, 97, 61)).shape == (1, 1000)
+        maps = model.forward_intermediates(torch.randn(1, 3, 97, 61), intermediates_only=True)
+    assert [tuple(m.shape[-2:]) for m in maps] == [(25, 16), (13, 8), (7, 4), (4, 2)]
+
+
+@pytest.mark.parametrize('through_checkpoint', [False, True], ids=['state_dict', 'load_pretrained'])
+def test_ssss_matches_timm_swin_tiny(tmp_path, through_checkpoint):
+    torch.manual_seed(0)
+    reference = timm.create_model('swin_tiny_patch4_window7_224').eval()
+    ours = timm.create_model('nala_swin_tiny', attn_layout='SSSS').eval()
+    if through_checkpoint:
+        path = tmp_path / 'swin_t.pth'
+        torch.save({'model': reference.state_dict()}, path)
+        ours.load_pretrained(str(path))
+    else:
+        ours.load_state_dict(reference.state_dict(), strict=True)
+    x = torch.randn(2, 3, 224, 224)
+    with torch.no_grad():
+        torch.testing.assert_close(ours(x), reference(x), atol=1e-5, rtol=0)
+
+
+def test_original_swin_layout_checkpoint_loads(tmp_path):
+    """The Microsoft release stores downsampling at the end of a stage and the classifier as 'head'."""
+    kwargs = dict(embed_dim=16, depths=(2, 2, 2, 2), num_heads=(1, 2, 2, 4))
+    reference = timm.create_model('swin_tiny_patch4_window7_224', **kwargs).eval()
+    original = {}
+    for key, value in reference.state_dict().items():
+        key = re.sub(r'layers\.(\d+)\.downsample', lambda m: f'layers.{int(m.group(1)) - 1}.downsample', key)
+        original[key.replace('head.fc.', 'head.')] = value
+    torch.save({'model': original}, tmp_path / 'original.pth')
+    ours = small('SSSS').eval()
+    ours.load_pretrained(str(tmp_path / 'original.pth'))
+    x = torch.randn(1, 3, 224, 224)
+    with torch.no_grad():
+        torch.testing.assert_close(ours(x), reference(x), atol=1e-5, rtol=0)
+
+
+def test_llss_starts_from_swin_weights_only_when_not_strict(tmp_path):
+    reference = timm.create_model('swin_tiny_patch4_window7_224', **SMALL)
+    torch.save(reference.state_dict(), tmp_path / 'swin.pth')
+    ours = small('LLSS')
+    with pytest.raises(CheckpointError, match='strict=False'):
+        ours.load_pretrained(str(tmp_path / 'swin.pth'))
+    result = ours.load_pretrained(str(tmp_path / 'swin.pth'), strict=False)
+    assert result.missing_keys and all('.attn.dwc.' in k for k in result.missing_keys)
+    for key in ('layers.0.blocks.0.attn.qkv.weight', 'layers.1.downsample.reduction.weight',
+                'layers.2.blocks.1.attn.relative_position_bias_table', 'head.fc.weight'):
+        assert torch.equal(ours.state_dict()[key], reference.state_dict()[key])
+
+
+def test_checkpoint_of_another_architecture_is_refused(tmp_path):
+    torch.save(small('LLSS', depths=(2, 2, 4, 2)).state_dict(), tmp_path / 'deeper.pth')
+    with pytest.raises(CheckpointError, match='another architecture'):
+        small('LLSS').load_pretrained(str(tmp_path / 'deeper.pth'))
+    torch.save(small('LLSS', embed_dim=32).state_dict(), tmp_path / 'wider.pth')
+    with pytest.raises(CheckpointError, match='wrong shape'):
+        small('LLSS').load_pretrained(str(tmp_path / 'wider.pth'))
+
+
+def test_own_checkpoint_round_trip_with_prefixes_and_new_head(tmp_path):
+    torch.manual_seed(0)
+    source = small('LLSS').eval()
+    torch.save({'state_dict': {f'model.{k}': v for k, v in source.state_dict().items()}}, tmp_path / 'ours.pth')
+    target = timm.create_model('nala_swin_tiny', pretrained=True, num_classes=7,
+                               pretrained_cfg_overlay=dict(file=str(tmp_path / 'ours.pth')), **SMALL).eval()
+    x = torch.randn(1, 3, 64, 96)
+    with torch.no_grad():
+        torch.testing.assert_close(target.forward_features(x), source.forward_features(x))
+    assert target.head.fc.out_features == 7
+    with pytest.raises(ValueError, match='no weights are hosted'):
+        timm.create_model('nala_swin_tiny', pretrained=True)
+
+
+@pytest.mark.parametrize('name,kwargs', [
+    ('nala', {}), ('nala_cos', dict(alpha=20.)), ('const_power', dict(power=3.)), ('relu', dict(power=3.)),
+    ('elu', {}), ('focused', dict(power=3.)), ('polarity', dict(power=3.)),
+])
+def test_linear_stages_use_the_nalaformer_kernels(name, kwargs):
+    model = small('LLSS', linear_kernel=name, kernel_kwargs=kwargs)
+    for stage, kind in zip(model.layers, 'LLSS'):
+        for block in stage.blocks:
+            if kind == 'L':
+                assert type(block.attn.kernel) is ATTENTION_KERNELS[name]
+                assert all(getattr(block.attn.kernel, k) == v for k, v in kwargs.items())
+            else:
+                assert isinstance(block, SwinTransformerBlock) and type(block.attn) is WindowAttention
+    assert model(torch.randn(1, 3, 64, 64)).isfinite().all()
+
+
+def test_global_attention_is_the_kernel_over_the_whole_map():
+    torch.manual_seed(0)
+    block = GlobalAttentionBlock(32, (9, 13), num_heads=2).eval()
+    attn = block.attn
+    x = torch.randn(2, 9, 13, 32)
+    B, H, W, C = x.shape
+    q, k, v = attn.qkv(x).reshape(B, H * W, 3, 2, 16).permute(2, 0, 3, 1, 4)
+    expected = attn.kernel(q, k, v, rope_table(rope_angles(16), H, W)).transpose(1, 2).reshape(B, H, W, C)
+    expected = expected + attn.dwc(v.transpose(1, 2).reshape(B, H, W, C).permute(0, 3, 1, 2)).permute(0, 2, 3, 1)
+    torch.testing.assert_close(attn(x), attn.proj(expected))
+    # one token far outside any 7x7 window (and the 5x5 conv) still changes the other corner
+    y = x.clone()
+    y[:, 0, 0] += 1.0
+    with torch.no_grad():
+        assert (attn(y)[:, -1, -1] - attn(x)[:, -1, -1]).abs().max() > 1e-6
+    assert not hasattr(attn, 'relative_position_bias_table')
+
+
+def test_dwc_kernel_size_choices():
+    assert small(dwc_kernel_size=3).layers[0].blocks[0].attn.dwc.kernel_size == (3, 3)
+    no_dwc = small(dwc_kernel_size=0)
+    assert isinstance(no_dwc.layers[0].blocks[0].attn.dwc, nn.Identity)
+    assert no_dwc(torch.randn(1, 3, 64, 64)).shape == (1, 1000)
+
+
+@pytest.mark.parametrize('padded,window,shift', [((14, 14), (7, 7), (3, 3)), ((14, 21), (7, 7), (3, 3)),
+                                                 ((8, 12), (4, 4), (2, 2))])
+def test_shifted_window_mask_matches_timm(padded, window, shift):
+    timm_block = SwinTransformerBlock(8, padded, num_heads=1, window_size=window, shift_size=shift, dynamic_mask=True)
+    x = torch.zeros(1, *padded, 1)
+    torch.testing.assert_close(shifted_window_mask(x, window, shift), timm_block.get_attn_mask(x))
+
+
+def test_fixed_size_model_equals_dynamic_one():
+    torch.manual_seed(0)
+    dynamic = small(img_size=128).eval()
+    fixed = small(img_size=128, dynamic_img_size=False).eval()
+    fixed.load_state_dict(dynamic.state_dict())
+    x = torch.randn(1, 3, 128, 128)
+    with torch.no_grad():
+        torch.testing.assert_close(fixed(x), dynamic(x))
+    with pytest.raises(AssertionError):
+        fixed(torch.randn(1, 3, 96, 128))
+
+
+def test_fx_and_torchscript_match_eager_at_a_non_square_size():
+    from timm.layers import set_layer_config
+    from timm.models import get_notrace_functions, get_notrace_modules
+    from torchvision.models.feature_extraction import create_feature_extractor, get_graph_node_names
+    with set_layer_config(scriptable=True):
+        model = small('LLSS', depths=(1, 2, 2, 1)).eval()
+    x = torch.randn(1, 3, 96, 160)
+    with torch.no_grad():
+        expected = model(x)
+        tracer_kwargs = dict(leaf_modules=get_notrace_modules(), autowrap_functions=get_notrace_functions())
+        _, eval_nodes = get_graph_node_names(model, tracer_kwargs=tracer_kwargs)
+        fx_model = create_feature_extractor(model, return_nodes=[eval_nodes[-1]], tracer_kwargs=tracer_kwargs)
+        torch.testing.assert_close(next(iter(fx_model(x).values())), expected)
+        torch.testing.assert_close(torch.jit.script(model)(x), expected)
+
+
+def test_features_only_and_pruning():
+    features = timm.create_model('nala_swin_tiny', features_only=True, **SMALL)
+    assert features.feature_info.reduction() == [4, 8, 16, 32]
+    assert features.feature_info.channels() == [16, 32, 64, 128]
+    maps = features(torch.randn(1, 3, *NON_SQUARE))
+    assert [tuple(m.shape) for m in maps] == [(1, 16, 50, 74), (1, 32, 25, 37), (1, 64, 13, 19), (1, 128, 7, 10)]
+    two = timm.create_model('nala_swin_tiny', features_only=True, out_indices=(0, 1), **SMALL)
+    assert len(two.model.layers) == 2 and len(two(torch.randn(1, 3, 64, 64))) == 2
+
+    model = small().eval()
+    x = torch.randn(1, 3, 96, 128)
+    with torch.no_grad():
+        final, inter = model.forward_intermediates(x)
+        torch.testing.assert_close(final, model.forward_features(x))
+        last = model.forward_intermediates(x, indices=1, norm=True, intermediates_only=True)
+        torch.testing.assert_close(last[0], final.permute(0, 3, 1, 2))
+    assert model.prune_intermediate_layers(indices=(1, 2)) == [1, 2]
+    assert len(model.layers) == 3 and model.num_classes == 0
+
+
+def test_nala_backbone_builds_outputs_four_maps_and_freezes(tmp_path):
+    torch.manual_seed(0)
+    classifier = small('LLSS', num_classes=10)
+    path = tmp_path / 'classifier.pth'
+    torch.save({'state_dict': {f'model.{k}': v for k, v in classifier.state_dict().items()}}, path)
+
+    backbone = NaLaBackbone(arch='nala_swin_tiny', frozen_stages=2, init_cfg=dict(type='Pretrained', checkpoint=str(path)),
+                            **{**SMALL, 'attn_layout': 'LLSS', 'drop_path_rate': 0.1})
+    backbone.init_weights()
+    net = backbone.model.model
+    assert isinstance(net, NaLaSwinTransformer)
+    assert torch.equal(net.layers[2].blocks[1].attn.relative_position_bias_table,
+                       classifier.layers[2].blocks[1].attn.relative_position_bias_table)
+    backbone.train()
+    outs = backbone(torch.randn(2, 3, *NON_SQUARE))
+    assert [tuple(o.shape) for o in outs] == [(2, 16, 50, 74), (2, 32, 25, 37), (2, 64, 13, 19), (2, 128, 7, 10)]
+    frozen = [net.patch_embed, net.layers[0], net.layers[1]]
+    assert all(not p.requires_grad for m in frozen for p in m.parameters())
+    assert all(not m.training for m in frozen)
+    assert all(p.requires_grad for m in net.layers[2:] for p in m.parameters())
+    sum(o.mean() for o in outs).backward()
+    assert net.layers[2].blocks[0].attn.qkv.weight.grad is not None
+    assert net.layers[1].blocks[0].attn.qkv.weight.grad is None
+
+
+def test_bad_layouts_are_refused():
+    for layout in ('LLS', 'LLXS', 'LLSSS'):
+        with pytest.raises(ValueError, match='attn_layout'):
+            small(layout)
+    with pytest.raises(ValueError, match='unknown attention kernel'):
+        small(linear_kernel='nope')
+    with pytest.raises(ValueError, match='divisible by 4'):
+        small(embed_dim=6, num_heads=(1, 1, 1, 1))
+
+
+def test_variants_and_checkpoint_filter_on_meta():
+    expected = {'nala_swin_tiny': 28.30e6, 'nala_swin_small': 49.62e6, 'nala_swin_base': 87.78e6}
+    for name, params in expected.items():
+        with torch.device('meta'):
+            model = timm.create_model(name)
+        assert sum(p.numel() for p in model.parameters()) == pytest.approx(params, abs=0.01e6), name
+        assert model.attn_layout == ('L', 'L', 'S', 'S')
+    state = {f'module.{k}': v for k, v in model.state_dict().items()}
+    assert set(checkpoint_filter_fn(state, model)) == set(model.state_dict())
+
+
+PROTOCOL = Path(__file__).resolve().parents[1] / 'configs' / 'swin_protocol'
+# config -> (attn_layout, linear kernel, kernel kwargs): the rows of the paper's Tables 5 and 6.
+PAPER_ROWS = {
+    'nala-swin-t_table5-relu-constpower_8xb128-300e_in1k.py': ('LLSS', 'relu', dict(power=3.0)),
+    'nala-swin-t_table5-cosinhibit-constpower_8xb128-300e_in1k.py': ('LLSS', 'const_power', dict(power=3.0)),
+    'nala-swin-t_table5-table6-nala_8xb128-300e_in1k.py': ('LLSS', 'nala', {}),
+    'nala-swin-t_table6-flatten-focused_8xb128-300e_in1k.py': ('LLSS', 'focused', dict(power=3.0)),
+    'nala-swin-t_table6-polarity_8xb128-300e_in1k.py': ('LLSS', 'polarity', dict(power=3.0)),
+    'swin-t_table6-ssss-baseline_8xb128-300e_in1k.py': ('SSSS', None, {}),
+}
+
+
+@pytest.mark.parametrize('name', sorted(PAPER_ROWS))
+def test_protocol_configs_build_the_paper_rows_with_swins_recipe(name):
+    from mmengine.config import Config
+    from mmengine.registry import MODELS
+    import nalaformer.engine  # noqa: F401  (TimmClassifier)
+    cfg = Config.fromfile(str(PROTOCOL / name))
+    layout, kernel, kwargs = PAPER_ROWS[name]
+    with torch.device('meta'):
+        model = MODELS.build(cfg.model).model
+    assert isinstance(model, NaLaSwinTransformer) and model.attn_layout == tuple(layout)
+    assert model.layers[-1].blocks[-1].drop_path1.drop_prob == pytest.approx(0.2)  # Swin-T's drop path
+    for stage, kind in zip(model.layers, layout):
+        for block in stage.blocks:
+            if kind == 'L':
+                assert type(block.attn.kernel) is ATTENTION_KERNELS[kernel]
+                assert all(getattr(block.attn.kernel, k) == v for k, v in kwargs.items())
+            else:
+                assert type(block.attn) is WindowAttention
+    # Swin's recipe: batch 8 x 128 at lr 1e-3, wd 0.05, 20 warm-up epochs then cosine to epoch 300, no
+    # repeated augmentation, no EMA.
+    assert cfg.train_dataloader.batch_size == 128 and cfg.train_dataloader.sampler.type == 'DefaultSampler'
+    assert cfg.optim_wrapper.optimizer.lr == 1e-3 and cfg.optim_wrapper.optimizer.weight_decay == 0.05
+    warmup, cosine = cfg.param_scheduler
+    assert (warmup.type, warmup.end, cosine.type, cosine.begin, cosine.end) == ('LinearLR', 20, 'CosineAnnealingLR', 20, 300)
+    assert cfg.train_cfg.max_epochs == 300
+    assert not any('EMA' in hook.type for hook in cfg.custom_hooks)
