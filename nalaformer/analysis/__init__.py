@@ -1,0 +1,1 @@
+"""Analysis helpers used by ``tools/analysis``: model specs, FLOP counting, attention entropy."""

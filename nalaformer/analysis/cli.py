@@ -1,0 +1,52 @@
+"""Command-line plumbing shared by ``tools/analysis``: exit code 2 with a message on user errors,
+and the model/image/block options of the attention tools."""
+import argparse
+import sys
+from pathlib import Path
+from typing import Callable, List, Tuple
+
+import torch
+
+from .entropy import capture_qk
+from .images import default_image_paths, load_images
+from .models import ModelSpecError, create_model, parse_model_spec, parse_size
+
+__all__ = ['run_cli', 'add_block_args', 'block_qk']
+
+
+def run_cli(main: Callable[[], int]) -> int:
+    """Run ``main``; an unknown model, bad size or bad option prints ``error: ...`` and returns 2."""
+    try:
+        return main()
+    except (ModelSpecError, ValueError) as e:
+        print(f'error: {e}', file=sys.stderr)
+        return 2
+
+
+def add_block_args(parser: argparse.ArgumentParser):
+    """Options choosing a model, its weights, the images and one attention block."""
+    parser.add_argument('--model', default='nalaformer_t',
+                        help="timm name or spec, e.g. \"nalaformer_t(attn_types='nala')\" (NaLaFormer layout)")
+    parser.add_argument('--checkpoint', default=None, help='weights file (default: random init, seeded)')
+    parser.add_argument('--images', type=Path, nargs='+', default=None,
+                        help="image files (default: matplotlib's grace_hopper.jpg, installed with matplotlib)")
+    parser.add_argument('--size', default='224', help='input size: 224 or HxW (stage 0 at 224 is 56x56 tokens)')
+    parser.add_argument('--stage', type=int, default=0)
+    parser.add_argument('--block', type=int, default=0)
+    parser.add_argument('--seed', type=int, default=0, help='seed of the random init')
+
+
+def block_qk(args: argparse.Namespace) -> Tuple[torch.Tensor, torch.Tensor, Tuple[int, int], torch.Tensor, List[str]]:
+    """q, k (B, heads, N, d) in float64 of the chosen block on the images, the token grid (H, W),
+    the images' pixels (B, H_img, W_img, 3) in [0, 1] and their paths."""
+    spec = parse_model_spec(args.model)
+    size = parse_size(args.size)
+    paths = [Path(p) for p in (args.images or default_image_paths())]
+    missing = [str(p) for p in paths if not p.is_file()]
+    if missing:
+        raise ModelSpecError(f'image files not found: {missing}')
+    torch.manual_seed(args.seed)
+    model = create_model(spec, img_size=size, checkpoint=args.checkpoint)
+    images, pixels = load_images(paths, size, model.pretrained_cfg['mean'], model.pretrained_cfg['std'])
+    q, k, grid = capture_qk(model, images, args.stage, args.block)
+    return q.double(), k.double(), grid, pixels, [str(p) for p in paths]

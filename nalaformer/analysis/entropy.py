@@ -1,0 +1,114 @@
+"""Attention distributions over keys, their per-query entropy, and q, k of NaLaFormer blocks.
+
+For query i the attention over keys j (RoPE off, see below) is
+    softmax:  A_ij = exp(q_i . k_j / sqrt(d)) / sum_j' exp(q_i . k_j' / sqrt(d))
+    linear:   A_ij = phi(q_i) . phi(k_j) / sum_j' phi(q_i) . phi(k_j')
+and H_i = -sum_j A_ij log A_ij, from 0 (one key) to log N (uniform).
+
+The normaliser of a linear kernel is linear in the keys (phi(q_i) . sum_j phi(k_j)) but
+sum_j A_ij log A_ij is not, so no O(N) shortcut exists for H: queries are processed in
+chunks, each materialising its (chunk, N) rows. Memory is O(chunk N), the result exact.
+
+RoPE is left out: the release rotates the numerator's features only, so the rotated A_ij can
+be negative and are not a distribution. Without it, H of a linear kernel whose phi is
+positively homogeneous (ReLU) cannot depend on |q|; NaLa's power p(|q|) makes it depend.
+"""
+from functools import partial
+from typing import Callable, Dict, Tuple
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from ..ops.nala import NaLaCosKernel, nala_cos_feature_maps, nala_feature_maps
+
+__all__ = ['FEATURE_MAPS', 'KERNELS', 'attention_probs', 'entropy', 'attention_entropy', 'norm_sweep',
+           'pearson', 'spearman', 'capture_qk']
+
+# Linear kernels by their names in nalaformer.ops.nala: (q, k) -> (phi_q, phi_k), (..., d) -> (..., F).
+FEATURE_MAPS: Dict[str, Callable[[torch.Tensor, torch.Tensor], Tuple[torch.Tensor, torch.Tensor]]] = {
+    'relu': lambda q, k: (F.relu(q), F.relu(k)),
+    'elu': lambda q, k: (1 + F.elu(q), 1 + F.elu(k)),
+    'nala': nala_feature_maps,
+    'nala_cos': partial(nala_cos_feature_maps, alpha=NaLaCosKernel().alpha),
+}
+KERNELS = ('softmax', *FEATURE_MAPS)
+
+
+def attention_probs(kernel: str, q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
+    """Attention of queries q (..., M, d) over keys k (..., N, d): (..., M, N), rows sum to 1.
+
+    A linear kernel's row is NaN when its scores are all zero (undefined distribution).
+    """
+    if kernel == 'softmax':
+        return torch.softmax(q @ k.transpose(-2, -1) * q.shape[-1] ** -0.5, dim=-1)
+    if kernel not in FEATURE_MAPS:
+        raise ValueError(f'unknown kernel {kernel!r}; choose from {KERNELS}')
+    phi_q, phi_k = FEATURE_MAPS[kernel](q, k)
+    scores = phi_q @ phi_k.transpose(-2, -1)
+    return scores / scores.sum(dim=-1, keepdim=True)
+
+
+def entropy(probs: torch.Tensor) -> torch.Tensor:
+    """Shannon entropy (nats) over the last dim, with 0 log 0 = 0: (..., N) -> (...)."""
+    return -torch.special.xlogy(probs, probs).sum(dim=-1)
+
+
+def attention_entropy(kernel: str, q: torch.Tensor, k: torch.Tensor, chunk: int = 1024) -> torch.Tensor:
+    """Entropy of each query's attention: q (..., M, d), k (..., N, d) -> (..., M).
+
+    Exact; at most (..., chunk, N) scores exist at a time.
+    """
+    return torch.cat([entropy(attention_probs(kernel, q[..., i:i + chunk, :], k))
+                      for i in range(0, q.shape[-2], chunk)], dim=-1)
+
+
+def norm_sweep(kernel: str, q: torch.Tensor, k: torch.Tensor, norms: torch.Tensor,
+               chunk: int = 1024) -> torch.Tensor:
+    """Entropy with each query's direction kept and its norm set to each of ``norms`` (S,).
+
+    q (..., M, d), k (..., N, d) -> (S, ..., M). Isolates the effect of |q| alone.
+    """
+    direction = q / torch.linalg.vector_norm(q, dim=-1, keepdim=True)
+    return torch.stack([attention_entropy(kernel, direction * n, k, chunk) for n in norms.tolist()])
+
+
+def pearson(x: torch.Tensor, y: torch.Tensor) -> float:
+    """Pearson correlation of two flat samples, ignoring pairs with a non-finite value."""
+    x, y = x.flatten().double(), y.flatten().double()
+    keep = x.isfinite() & y.isfinite()
+    x, y = x[keep] - x[keep].mean(), y[keep] - y[keep].mean()
+    return float((x * y).sum() / (x.norm() * y.norm()))
+
+
+def spearman(x: torch.Tensor, y: torch.Tensor) -> float:
+    """Spearman rank correlation (Pearson of ranks; ties broken by order, fine for real values)."""
+    x, y = x.flatten().double(), y.flatten().double()
+    keep = x.isfinite() & y.isfinite()
+    rank = lambda v: v.argsort().argsort().double()  # noqa: E731
+    return pearson(rank(x[keep]), rank(y[keep]))
+
+
+def capture_qk(model: nn.Module, images: torch.Tensor, stage: int,
+               block: int) -> Tuple[torch.Tensor, torch.Tensor, Tuple[int, int]]:
+    """q, k (B, heads, N, d) entering the attention kernel of ``model.layers[stage].blocks[block]``.
+
+    Also returns that block's token grid (H, W), N = H * W. Works for NaLaFormer-layout models.
+    """
+    try:
+        attn = model.layers[stage].blocks[block].attn
+    except (AttributeError, IndexError, TypeError):
+        raise ValueError(f'{type(model).__name__} has no attention at layers[{stage}].blocks[{block}] '
+                         f'(needs a NaLaFormer-layout model)') from None
+    captured = {}
+    hooks = [
+        attn.register_forward_pre_hook(lambda _, args: captured.update(grid=tuple(args[0].shape[-2:]))),
+        attn.kernel.register_forward_pre_hook(lambda _, args: captured.update(q=args[0], k=args[1])),
+    ]
+    try:
+        with torch.no_grad():
+            model.eval()(images)
+    finally:
+        for hook in hooks:
+            hook.remove()
+    return captured['q'], captured['k'], captured['grid']

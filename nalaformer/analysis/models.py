@@ -1,0 +1,159 @@
+"""Model specs for the analysis tools: names, kwargs, config files, sizes, clear errors.
+
+A spec is a timm model name, optionally with keyword arguments in call syntax, or the path
+of a Python config file with a ``model = dict(...)`` entry::
+
+    nalaformer_t
+    nalaformer_t(attn_types='nala')
+    swin_tiny_patch4_window7_224
+    configs/nalaformer/nalaformer-t_8xb128_in1k.py
+"""
+import ast
+import difflib
+import runpy
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Dict, Optional, Tuple
+
+import timm
+import torch.nn as nn
+from timm.models import get_pretrained_cfg_value
+
+import nalaformer  # noqa: F401  (registers the nalaformer_* models in timm)
+
+__all__ = ['ModelSpecError', 'ModelSpec', 'parse_model_spec', 'check_model_name', 'parse_size', 'create_model',
+           'format_error']
+
+# Where OpenMMLab model dicts name the timm model: ours (TimmClassifier, NaLaBackbone) use ``arch``,
+# mmpretrain's TIMMBackbone ``model_name``; a dict may also be the timm model itself (``type``).
+NAME_KEYS = ('arch', 'model_name', 'type')
+# Keys of those dicts that are not timm model kwargs.
+FRAMEWORK_KEYS = frozenset({
+    *NAME_KEYS, '_scope_', 'pretrained', 'checkpoint_path', 'init_cfg', 'data_preprocessor', 'features_only',
+    'out_indices', 'frozen_stages', 'norm_eval', 'with_cp', 'out_norms', 'in_channels', 'mixup',
+    'label_smoothing', 'grad_checkpointing', 'train_cfg', 'test_cfg',
+})
+
+
+class ModelSpecError(ValueError):
+    """An unknown model, unreadable config or bad size; the message says what to do instead."""
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """A timm model name with its kwargs; ``label`` is how results name it."""
+    name: str
+    kwargs: Dict[str, object] = field(default_factory=dict)
+    label: str = ''
+
+    def __post_init__(self):
+        if not self.label:
+            object.__setattr__(self, 'label', self.name)
+
+
+def parse_model_spec(spec: str) -> ModelSpec:
+    """Parse ``name``, ``name(key=value, ...)`` (Python literals) or a config file path."""
+    if spec.endswith('.py'):
+        return _spec_from_config(Path(spec))
+    name, kwargs = spec.strip(), {}
+    if '(' in name:
+        name, args = name.split('(', 1)
+        kwargs = _literal_kwargs(args, spec)
+    check_model_name(name)
+    return ModelSpec(name, kwargs, spec.strip())
+
+
+def _literal_kwargs(args: str, spec: str) -> Dict[str, object]:
+    try:
+        call = ast.parse(f'f({args}', mode='eval').body
+        if call.args:
+            raise ValueError('positional arguments are not allowed')
+        return {kw.arg: ast.literal_eval(kw.value) for kw in call.keywords}
+    except (SyntaxError, ValueError) as e:
+        raise ModelSpecError(
+            f"cannot parse model spec {spec!r} ({e}); write it as name(key=value, ...) with Python "
+            f"literals, e.g. \"nalaformer_t(attn_types='nala')\"") from None
+
+
+def check_model_name(name: str):
+    """Raise :class:`ModelSpecError` listing close timm names when ``name`` is not a model."""
+    if timm.is_model(name):
+        return
+    known = timm.list_models()
+    close = sorted(set(timm.list_models(f'*{name}*')[:10]) | set(difflib.get_close_matches(name, known, n=5)))
+    hint = f'close names: {", ".join(close)}' if close else "see timm.list_models('*pattern*')"
+    raise ModelSpecError(f'unknown model {name!r}; {hint}')
+
+
+def _spec_from_config(path: Path) -> ModelSpec:
+    """The timm model of a config: ``model`` or ``model['backbone']`` naming one in a :data:`NAME_KEYS` entry."""
+    if not path.is_file():
+        raise ModelSpecError(f'config file {path} does not exist')
+    model_cfg = _read_config_model(path)
+    for candidate in (model_cfg, model_cfg.get('backbone')):
+        if not isinstance(candidate, dict):
+            continue
+        name = next((candidate[k] for k in NAME_KEYS if isinstance(candidate.get(k), str)
+                     and timm.is_model(candidate[k])), None)
+        if name:
+            kwargs = {k: v for k, v in candidate.items() if k not in FRAMEWORK_KEYS}
+            part = '' if candidate is model_cfg else ' (backbone only)'
+            return ModelSpec(name, kwargs, f'{path.name}: {name}{part}')
+    raise ModelSpecError(
+        f"{path}: neither model nor model['backbone'] names a timm model in {NAME_KEYS} "
+        f'(got {model_cfg!r:.200})')
+
+
+def _read_config_model(path: Path) -> dict:
+    try:
+        from mmengine.config import Config
+    except ImportError:
+        namespace = runpy.run_path(str(path))
+        if '_base_' in namespace:
+            raise ModelSpecError(
+                f'{path} inherits _base_ files; reading it needs mmengine (pip install mmengine), '
+                f'or pass the timm model name instead') from None
+        model = namespace.get('model')
+    else:
+        model = Config.fromfile(str(path)).to_dict().get('model')
+    if not isinstance(model, dict):
+        raise ModelSpecError(f'{path} has no `model = dict(type=..., ...)` entry')
+    return dict(model)
+
+
+def parse_size(text: str) -> Tuple[int, int]:
+    """'224' -> (224, 224); '448x672' -> (448, 672) as (H, W)."""
+    parts = text.lower().split('x')
+    try:
+        size = tuple(int(p) for p in parts)
+    except ValueError:
+        size = ()
+    if len(size) == 1:
+        size = size * 2
+    if len(size) != 2 or min(size) <= 0:
+        raise ModelSpecError(f'bad image size {text!r}: give a positive side (224) or HxW (448x672)')
+    return size
+
+
+def create_model(spec: ModelSpec, img_size: Optional[Tuple[int, int]] = None,
+                 checkpoint: Optional[str] = None, **kwargs) -> nn.Module:
+    """timm model of ``spec`` (random init unless ``checkpoint``), built for ``img_size`` (H, W).
+
+    Models with a fixed input size (ViT, Swin: ``fixed_input_size`` in their timm cfg) get
+    ``img_size`` at construction; the others accept any size as they are.
+    """
+    kwargs = {**spec.kwargs, **kwargs}
+    if img_size is not None and get_pretrained_cfg_value(spec.name, 'fixed_input_size'):
+        kwargs.setdefault('img_size', tuple(img_size))
+    if checkpoint:
+        kwargs['pretrained_cfg_overlay'] = dict(file=str(checkpoint))
+    try:
+        return timm.create_model(spec.name, pretrained=bool(checkpoint), **kwargs)
+    except TypeError as e:  # a kwarg the model does not take
+        raise ModelSpecError(f'{spec.label}: {e}') from None
+
+
+def format_error(error: BaseException) -> str:
+    """First line of an exception, for 'n/a' entries in result tables."""
+    text = str(error).strip().splitlines()
+    return f'{type(error).__name__}: {text[0] if text else ""}'[:300]

@@ -1,0 +1,424 @@
+"""Throughput, latency and peak memory of several models at several input sizes, side by side.
+
+Every model of a size is timed in the same loop, alternating (A B C A B C ...), so that drifts
+of the machine hit all of them alike; results are medians with their IQR and min/max, and
+ratios to a baseline model measured in the same run. Peak memory comes from a fresh
+subprocess per (model, size): peak RSS (VmHWM) above the post-import baseline on CPU (default
+glibc allocator), ``torch.cuda.max_memory_allocated`` on CUDA; it includes the weights (and in
+training the gradients and AdamW state).
+
+On CPU the timing process disables glibc's per-tensor mmap and heap trimming (mallopt, the
+same as MALLOC_MMAP_MAX_=0 and an unbounded MALLOC_TRIM_THRESHOLD_): otherwise every tensor over 32 MB is
+mapped fresh on every forward and high resolutions look slower than they are. Load averages
+and the CPU time used by other processes during each timing loop are recorded.
+
+Models are timm names or specs with kwargs; swin/deit-style models with a fixed input size
+are built for each size (``img_size``); a model that cannot run at a size is reported 'n/a'.
+Examples::
+
+    python tools/analysis/benchmark.py --sizes 224 448 896 --batch-sizes 8 4 1
+    python tools/analysis/benchmark.py --mode train --models nalaformer_t swin_tiny_patch4_window7_224
+    python tools/analysis/benchmark.py --models "nalaformer_t(attn_types='nala')" convnext_tiny --sizes 512x1024
+"""
+import argparse
+import ctypes
+import gc
+import json
+import math
+import os
+import platform
+import resource
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
+
+import timm
+import torch
+import torch.nn.functional as F
+from tqdm import tqdm
+
+from nalaformer.analysis.cli import run_cli
+from nalaformer.analysis.models import ModelSpec, create_model, format_error, parse_model_spec, parse_size
+
+DEFAULT_MODELS = (
+    'nalaformer_t', "nalaformer_t(attn_types='nala')", "nalaformer_t(attn_types='softmax')",
+    'swin_tiny_patch4_window7_224', 'convnext_tiny', 'deit_small_patch16_224',
+)
+# Samples are flagged when other processes kept more than this many cores busy on average.
+CONTENTION_CORES = 0.25
+
+
+def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+    parser.add_argument('--models', nargs='+', default=list(DEFAULT_MODELS),
+                        help="timm names or specs such as \"nalaformer_t(attn_types='nala')\"")
+    parser.add_argument('--baseline', default=None, help='model the ratios refer to (default: the first)')
+    parser.add_argument('--sizes', nargs='+', default=['224', '448', '896'], help='input sizes: 224 or HxW')
+    parser.add_argument('--batch-sizes', type=int, nargs='+', default=[1],
+                        help='one batch size for all sizes, or one per size')
+    parser.add_argument('--mode', choices=('infer', 'train'), default='infer',
+                        help='infer: forward under inference_mode; train: forward, backward, AdamW step')
+    parser.add_argument('--device', default='cuda' if torch.cuda.is_available() else 'cpu', choices=('cpu', 'cuda'))
+    parser.add_argument('--threads', type=int, default=None, help='CPU threads (default: torch default)')
+    parser.add_argument('--warmup', type=int, default=2, help='untimed iterations per model and size')
+    parser.add_argument('--repeats', type=int, default=10, help='timed rounds; each round runs every model once')
+    parser.add_argument('--no-memory', action='store_true', help='skip the peak-memory subprocesses')
+    parser.add_argument('--no-malloc-tuning', action='store_true', help='time with glibc malloc defaults')
+    parser.add_argument('--out-json', type=Path, default=Path('benchmark.json'))
+    parser.add_argument('--out-png', type=Path, default=Path('benchmark.png'))
+    parser.add_argument('--memory-worker', default=None, help=argparse.SUPPRESS)
+    return parser.parse_args(argv)
+
+
+# ----------------------------------------------------------------------------------------------
+# One iteration of a model
+# ----------------------------------------------------------------------------------------------
+def make_step(spec: ModelSpec, size: Tuple[int, int], batch: int, mode: str,
+              device: torch.device) -> Callable[[], None]:
+    """Build ``spec`` for ``size`` (H, W) with a random (batch, 3, H, W) input; return one iteration."""
+    model = create_model(spec, img_size=size).to(device)
+    x = torch.randn(batch, 3, *size, device=device)
+    if mode == 'infer':
+        model.eval()
+
+        def step():
+            with torch.inference_mode():
+                model(x)
+        return step
+
+    model.train()
+    target = torch.randint(0, model.num_classes, (batch,), device=device)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+
+    def step():
+        optimizer.zero_grad(set_to_none=True)
+        F.cross_entropy(model(x), target).backward()
+        optimizer.step()
+    return step
+
+
+def synchronize(device: torch.device):
+    if device.type == 'cuda':
+        torch.cuda.synchronize(device)
+
+
+def timed(step: Callable[[], None], device: torch.device) -> float:
+    """Wall time of one call of ``step`` in ms."""
+    synchronize(device)
+    start = time.perf_counter()
+    step()
+    synchronize(device)
+    return (time.perf_counter() - start) * 1e3
+
+
+# ----------------------------------------------------------------------------------------------
+# Machine state
+# ----------------------------------------------------------------------------------------------
+def tune_malloc() -> bool:
+    """No mmap per large tensor and no heap trimming in this process (glibc mallopt); False elsewhere."""
+    try:
+        libc = ctypes.CDLL('libc.so.6')
+    except OSError:
+        return False
+    m_trim_threshold, m_mmap_max = -1, -4  # glibc's parameter numbers; a threshold of -1 disables trimming
+    return bool(libc.mallopt(m_mmap_max, 0)) and bool(libc.mallopt(m_trim_threshold, -1))
+
+
+class Contention:
+    """Load averages around a block, and the cores other processes kept busy during it (Linux):
+    system busy time (steal included: another VM's use) minus this process's CPU time, per second."""
+
+    def __enter__(self):
+        self.load_before = os.getloadavg()
+        self.start = (time.perf_counter(), _system_busy_seconds(), _own_cpu_seconds())
+        return self
+
+    def __exit__(self, *exc):
+        wall, busy, own = (b - a if a is not None and b is not None else None for a, b in
+                           zip(self.start, (time.perf_counter(), _system_busy_seconds(), _own_cpu_seconds())))
+        self.load_after = os.getloadavg()
+        self.other_busy_cores = None if busy is None else max(0.0, (busy - own) / wall)
+        return False
+
+    def as_dict(self) -> Dict:
+        return dict(load_before=[round(v, 2) for v in self.load_before],
+                    load_after=[round(v, 2) for v in self.load_after],
+                    other_busy_cores=None if self.other_busy_cores is None else round(self.other_busy_cores, 3))
+
+
+def _system_busy_seconds() -> Optional[float]:
+    try:
+        with open('/proc/stat') as f:
+            ticks = [int(v) for v in f.readline().split()[1:9]]
+    except OSError:
+        return None
+    user, nice, system, _idle, _iowait, irq, softirq, steal = ticks
+    return (user + nice + system + irq + softirq + steal) / os.sysconf('SC_CLK_TCK')
+
+
+def _own_cpu_seconds() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+def device_name(device: torch.device) -> str:
+    if device.type == 'cuda':
+        return torch.cuda.get_device_name(device)
+    try:
+        with open('/proc/cpuinfo') as f:
+            return next(line.split(':', 1)[1].strip() for line in f if line.startswith('model name'))
+    except (OSError, StopIteration):
+        return platform.processor() or 'cpu'
+
+
+# ----------------------------------------------------------------------------------------------
+# Peak memory, one fresh process per (model, size)
+# ----------------------------------------------------------------------------------------------
+def _peak_rss_mb() -> float:
+    """Peak resident memory of this process image (MiB)."""
+    # VmHWM, not ru_maxrss: Linux carries ru_maxrss across fork + exec, so a worker started by a
+    # large timing process would start at the parent's peak.
+    try:
+        with open('/proc/self/status') as f:
+            return next(int(line.split()[1]) for line in f if line.startswith('VmHWM')) / 1024
+    except (OSError, StopIteration):
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def memory_worker(payload: str) -> Dict:
+    """Run in a fresh process: peak memory (MiB) of two iterations of one model at one size."""
+    job = json.loads(payload)
+    device = torch.device(job['device'])
+    if job['threads']:
+        torch.set_num_threads(job['threads'])
+    baseline = _peak_rss_mb()
+    try:
+        step = make_step(parse_model_spec(job['spec']), tuple(job['size']), job['batch'], job['mode'], device)
+        if device.type == 'cuda':
+            torch.cuda.reset_peak_memory_stats(device)
+        for _ in range(2):  # the second training step also holds the optimizer state
+            step()
+        synchronize(device)
+    except Exception as e:  # reported as 'n/a' with the reason
+        return dict(error=format_error(e))
+    if device.type == 'cuda':
+        return dict(peak_mb=torch.cuda.max_memory_allocated(device) / 2 ** 20)
+    return dict(peak_mb=_peak_rss_mb() - baseline)
+
+
+def measure_memory(spec: str, size: Tuple[int, int], batch: int, args: argparse.Namespace) -> Dict:
+    job = dict(spec=spec, size=size, batch=batch, mode=args.mode, device=args.device, threads=args.threads)
+    env = {k: v for k, v in os.environ.items() if k not in ('MALLOC_MMAP_MAX_', 'MALLOC_TRIM_THRESHOLD_')}
+    proc = subprocess.run([sys.executable, __file__, '--memory-worker', json.dumps(job)],
+                          capture_output=True, text=True, env=env)
+    lines = proc.stdout.strip().splitlines()
+    if proc.returncode or not lines:
+        return dict(error=f'memory worker failed (exit {proc.returncode}): {proc.stderr.strip()[-300:]}')
+    return json.loads(lines[-1])
+
+
+# ----------------------------------------------------------------------------------------------
+# The run
+# ----------------------------------------------------------------------------------------------
+def time_size(specs: Sequence[ModelSpec], size: Tuple[int, int], batch: int, args: argparse.Namespace,
+              device: torch.device) -> Tuple[Dict[str, List[float]], Dict[str, str], Dict]:
+    """Warm up every model, then time ``repeats`` alternating rounds: per-model samples (ms),
+    the models that could not run ('n/a' reasons) and the machine's contention meanwhile."""
+    steps, failed = {}, {}
+    for spec in tqdm(specs, desc=f'build {size[0]}x{size[1]} b{batch}', leave=False):
+        try:
+            step = make_step(spec, size, batch, args.mode, device)
+            for _ in range(args.warmup):
+                step()
+            steps[spec.label] = step
+        except Exception as e:  # any failure to build or run at this size is reported, not fatal
+            failed[spec.label] = format_error(e)
+            gc.collect()
+    samples = {label: [] for label in steps}
+    with Contention() as contention, tqdm(total=args.repeats * len(steps), desc=f'time {size[0]}x{size[1]} b{batch}',
+                                          leave=False) as bar:
+        for _ in range(args.repeats):
+            for label, step in steps.items():
+                samples[label].append(timed(step, device))
+                bar.update()
+    del steps
+    gc.collect()
+    if device.type == 'cuda':
+        torch.cuda.empty_cache()
+    return samples, failed, contention.as_dict()
+
+
+def summarize(samples: List[float], batch: int) -> Dict:
+    """Median, quartiles and range (ms), and throughput (img/s) from per-iteration times."""
+    q1, median, q3 = statistics.quantiles(samples, n=4, method='inclusive') if len(samples) > 1 else samples * 3
+    return dict(median_ms=median, q1_ms=q1, q3_ms=q3, min_ms=min(samples), max_ms=max(samples),
+                samples=len(samples), throughput=batch * 1e3 / median)
+
+
+def add_ratios(results: List[Dict], baseline: str):
+    """Latency and memory of each result relative to the baseline model at the same size and batch."""
+    reference = {(tuple(r['size']), r['batch']): r for r in results if r['model'] == baseline}
+    for r in results:
+        base = reference.get((tuple(r['size']), r['batch']))
+        for key, value in (('latency_ratio', 'median_ms'), ('memory_ratio', 'peak_mb')):
+            ok = base is not None and r.get(value) is not None and base.get(value)
+            r[key] = r[value] / base[value] if ok else None
+
+
+def growth(results: List[Dict]) -> Dict[str, List[Dict]]:
+    """Per model, between consecutive sizes: factor of per-image latency and of peak memory per 4x pixels."""
+    table = {}
+    for model in dict.fromkeys(r['model'] for r in results):
+        rows = [r for r in results if r['model'] == model and r.get('median_ms') is not None]
+        steps = []
+        for a, b in zip(rows, rows[1:]):
+            pixels = (b['size'][0] * b['size'][1]) / (a['size'][0] * a['size'][1])
+            if pixels == 1:
+                continue
+            exponent = math.log(4) / math.log(pixels)
+            latency = (b['median_ms'] / b['batch']) / (a['median_ms'] / a['batch'])
+            memory = b['peak_mb'] / a['peak_mb'] if a.get('peak_mb') and b.get('peak_mb') else None
+            steps.append(dict(sizes=[a['size'], b['size']], batches=[a['batch'], b['batch']],
+                              latency_per_image_per_4x_pixels=latency ** exponent,
+                              peak_memory_per_4x_pixels=None if memory is None else memory ** exponent))
+        table[model] = steps
+    return table
+
+
+def run(args: argparse.Namespace) -> Dict:
+    device = torch.device(args.device)
+    if device.type == 'cuda' and not torch.cuda.is_available():
+        raise ValueError('--device cuda: no CUDA device is available')
+    specs = [parse_model_spec(m) for m in args.models]
+    labels = [s.label for s in specs]
+    if len(set(labels)) != len(labels):
+        raise ValueError(f'models are listed twice: {labels}')
+    baseline = args.baseline or labels[0]
+    if baseline not in labels:
+        raise ValueError(f'--baseline {baseline!r} is not one of --models {labels}')
+    sizes = [parse_size(s) for s in args.sizes]
+    if len(args.batch_sizes) not in (1, len(sizes)) or min(args.batch_sizes) < 1:
+        raise ValueError(f'--batch-sizes takes one positive value or one per size ({len(sizes)}), '
+                         f'got {args.batch_sizes}')
+    batches = args.batch_sizes * len(sizes) if len(args.batch_sizes) == 1 else args.batch_sizes
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    malloc_tuned = device.type == 'cpu' and not args.no_malloc_tuning and tune_malloc()
+
+    meta = dict(
+        device=device.type, device_name=device_name(device), threads=torch.get_num_threads(), mode=args.mode,
+        warmup=args.warmup, repeats=args.repeats, baseline=baseline, torch=torch.__version__, timm=timm.__version__,
+        malloc_timing=('mallopt M_MMAP_MAX=0, M_TRIM_THRESHOLD=-1 (no per-tensor mmap, no trimming)' if malloc_tuned
+                       else 'defaults (env: ' + ', '.join(f'{k}={os.environ.get(k)}' for k in
+                                                         ('MALLOC_MMAP_MAX_', 'MALLOC_TRIM_THRESHOLD_')) + ')'),
+        memory=('torch.cuda.max_memory_allocated' if device.type == 'cuda' else
+                'peak RSS (VmHWM) above the post-import baseline, fresh process, glibc defaults'),
+        started=time.strftime('%Y-%m-%d %H:%M:%S'), load_at_start=[round(v, 2) for v in os.getloadavg()],
+    )
+    results = []
+    for size, batch in zip(sizes, batches):
+        samples, failed, contention = time_size(specs, size, batch, args, device)
+        if contention['other_busy_cores'] is not None and contention['other_busy_cores'] > CONTENTION_CORES:
+            print(f"warning: other processes kept {contention['other_busy_cores']:.2f} cores busy while timing "
+                  f"{size[0]}x{size[1]}; load {contention['load_before']} -> {contention['load_after']}",
+                  file=sys.stderr)
+        for spec in specs:
+            row = dict(model=spec.label, size=list(size), batch=batch, **contention)
+            if spec.label in failed:
+                row.update(status='n/a', reason=failed[spec.label], median_ms=None, peak_mb=None)
+            else:
+                row.update(status='ok', **summarize(samples[spec.label], batch), peak_mb=None)
+            results.append(row)
+    if not args.no_memory:
+        jobs = [r for r in results if r['status'] == 'ok']
+        for row in tqdm(jobs, desc='peak memory (fresh process each)'):
+            memory = measure_memory(row['model'], tuple(row['size']), row['batch'], args)
+            row['peak_mb'] = memory.get('peak_mb')
+            if 'error' in memory:
+                row['memory_error'] = memory['error']
+    add_ratios(results, baseline)
+    meta.update(finished=time.strftime('%Y-%m-%d %H:%M:%S'), load_at_end=[round(v, 2) for v in os.getloadavg()])
+    return dict(meta=meta, results=results, growth=growth(results))
+
+
+# ----------------------------------------------------------------------------------------------
+# Output
+# ----------------------------------------------------------------------------------------------
+def _fmt(value: Optional[float], spec: str) -> str:
+    return 'n/a' if value is None else format(value, spec)
+
+
+def markdown_table(report: Dict) -> str:
+    lines = [f"| model | size | batch | latency ms, median (IQR) | img/s | x {report['meta']['baseline']} "
+             f"latency | peak MB | x memory |", '|---|---|---|---|---|---|---|---|']
+    for r in report['results']:
+        latency = 'n/a' if r['median_ms'] is None else f"{r['median_ms']:.1f} ({r['q1_ms']:.1f}-{r['q3_ms']:.1f})"
+        lines.append(f"| {r['model']} | {r['size'][0]}x{r['size'][1]} | {r['batch']} | {latency} | "
+                     f"{_fmt(r.get('throughput'), '.1f')} | {_fmt(r['latency_ratio'], '.2f')} | "
+                     f"{_fmt(r['peak_mb'], '.0f')} | {_fmt(r['memory_ratio'], '.2f')} |")
+    return '\n'.join(lines)
+
+
+def plot(report: Dict, out: Path):
+    """Per-image latency and peak memory against pixels per image, log-log, with slope-1/2 guides."""
+    import matplotlib
+    matplotlib.use('Agg')
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4.6))
+    panels = ((axes[0], lambda r: None if r['median_ms'] is None else r['median_ms'] / r['batch'],
+               'latency per image (ms)'),
+              (axes[1], lambda r: r['peak_mb'], 'peak memory (MB)'))
+    models = list(dict.fromkeys(r['model'] for r in report['results']))
+    largest = max(r['size'][0] * r['size'][1] for r in report['results']) / 1e6
+    for ax, value, ylabel in panels:
+        points = {m: [(r['size'][0] * r['size'][1] / 1e6, value(r)) for r in report['results']
+                      if r['model'] == m and value(r) is not None] for m in models}
+        for model, xy in points.items():
+            if xy:
+                ax.plot(*zip(*xy), marker='o', label=model)
+        anchor = next((xy[0] for xy in points.values() if xy), None)  # guides start at the first model's first point
+        if anchor and largest > anchor[0]:
+            for slope, style in ((1, ':'), (2, '--')):
+                ax.plot([anchor[0], largest], [anchor[1], anchor[1] * (largest / anchor[0]) ** slope],
+                        color='gray', ls=style, lw=1, label=f'∝ pixels^{slope}')
+        ax.set_xscale('log')
+        ax.set_yscale('log')
+        ax.set_xlabel('megapixels per image')
+        ax.set_ylabel(ylabel)
+        ax.grid(True, which='both', alpha=0.3)
+    axes[0].legend(fontsize=7)
+    meta = report['meta']
+    batches = sorted({r['batch'] for r in report['results']})
+    fig.suptitle(f"{meta['mode']} on {meta['device_name']} ({meta['threads']} threads), batch {batches}, "
+                 f"median of {meta['repeats']}; load {meta['load_at_start']} -> {meta['load_at_end']}", fontsize=9)
+    fig.tight_layout(rect=(0, 0, 1, 0.94))
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    args = parse_args(argv)
+    if args.memory_worker:
+        print(json.dumps(memory_worker(args.memory_worker)))
+        return 0
+    report = run(args)
+    args.out_json.parent.mkdir(parents=True, exist_ok=True)
+    args.out_json.write_text(json.dumps(report, indent=2) + '\n')
+    plot(report, args.out_png)
+    print(markdown_table(report))
+    for model, steps in report['growth'].items():
+        for g in steps:
+            print(f"{model}: {g['sizes'][0]} -> {g['sizes'][1]}: per 4x pixels, latency/image "
+                  f"x{g['latency_per_image_per_4x_pixels']:.2f}, memory x{_fmt(g['peak_memory_per_4x_pixels'], '.2f')}")
+    print(f"load {report['meta']['load_at_start']} -> {report['meta']['load_at_end']}; "
+          f"wrote {args.out_json} and {args.out_png}")
+    return 0
+
+
+if __name__ == '__main__':
+    sys.exit(run_cli(main))
