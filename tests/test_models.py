@@ -9,7 +9,7 @@ import torch
 import nalaformer  # noqa: F401  (registers the models)
 from nalaformer.models import NaLaFormer
 
-REFERENCE = Path(__file__).resolve().parents[2] / 'shared' / 'reference'
+REFERENCE = Path(__file__).parent / 'data' / 'reference'  # copies of shared/reference (release layout listings)
 SMALL = dict(embed_dims=(16, 32, 48, 64), depths=(1, 1, 1, 1), num_heads=(1, 2, 3, 4), head_hidden_size=32)
 RELEASED_PARAMS = {'nalaformer_xt': 6_142_248, 'nalaformer_t': 15_907_752, 'nalaformer_s': 25_654_184,
                    'nalaformer_b': 52_002_952, 'nalaformer_l': 95_426_760}
