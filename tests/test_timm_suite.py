@@ -27,6 +27,7 @@ FAMILIES = {
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(3600)  # timm's suite on the large variants takes minutes on 2 cores
 @pytest.mark.parametrize('family', list(FAMILIES))
 def test_timm_model_suite_passes(tmp_path, family):
     source = TIMM_TESTS / 'test_models.py'
