@@ -40,7 +40,9 @@ def test_timm_model_suite_passes(tmp_path, family):
     result = subprocess.run(
         [sys.executable, '-m', 'pytest', '-p', 'nalaformer', '-p', 'no:cacheprovider', '-v', '-W', 'ignore',
          '-k', family, 'test_models.py'],
-        cwd=tmp_path, capture_output=True, text=True, timeout=3000)
+        cwd=tmp_path, capture_output=True, text=True, timeout=3000,
+        # timm's own knob for its per-test limits (120 s by default, tight for the base variants on 2 cores)
+        env={**os.environ, 'TIMEOUT': os.environ.get('TIMEOUT', '900')})
     summary = result.stdout.strip().splitlines()[-1] if result.stdout.strip() else ''
     assert result.returncode == 0, result.stdout[-6000:] + result.stderr[-2000:]
     assert 'passed' in summary and 'failed' not in summary and 'error' not in summary, summary

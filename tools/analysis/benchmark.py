@@ -373,7 +373,8 @@ def plot(report: Dict, out: Path):
                'latency per image (ms)'),
               (axes[1], lambda r: r['peak_mb'], 'peak memory (MB)'))
     models = list(dict.fromkeys(r['model'] for r in report['results']))
-    largest = max(r['size'][0] * r['size'][1] for r in report['results']) / 1e6
+    sizes = {r['size'][0] * r['size'][1] / 1e6: r['size'] for r in report['results']}  # megapixels -> (H, W)
+    largest = max(sizes)
     for ax, value, ylabel in panels:
         points = {m: [(r['size'][0] * r['size'][1] / 1e6, value(r)) for r in report['results']
                       if r['model'] == m and value(r) is not None] for m in models}
@@ -387,14 +388,18 @@ def plot(report: Dict, out: Path):
                         color='gray', ls=style, lw=1, label=f'∝ pixels^{slope}')
         ax.set_xscale('log')
         ax.set_yscale('log')
-        ax.set_xlabel('megapixels per image')
+        ax.set_xticks(list(sizes), [f'{h}x{w}' for h, w in sizes.values()], minor=False)
+        ax.set_xticks([], minor=True)
+        ax.set_xlabel('input size (log pixels per image)')
         ax.set_ylabel(ylabel)
         ax.grid(True, which='both', alpha=0.3)
     axes[0].legend(fontsize=7)
     meta = report['meta']
     batches = sorted({r['batch'] for r in report['results']})
-    fig.suptitle(f"{meta['mode']} on {meta['device_name']} ({meta['threads']} threads), batch {batches}, "
-                 f"median of {meta['repeats']}; load {meta['load_at_start']} -> {meta['load_at_end']}", fontsize=9)
+    others = [r['other_busy_cores'] for r in report['results'] if r.get('other_busy_cores') is not None]
+    fig.suptitle(f"{meta['mode']} on {meta['device_name']}, {meta['threads']} thread(s), batch {batches}, "
+                 f"median of {meta['repeats']}; load {meta['load_at_start']} -> {meta['load_at_end']}"
+                 + (f'; other processes busy: up to {max(others):.2f} cores' if others else ''), fontsize=9)
     fig.tight_layout(rect=(0, 0, 1, 0.94))
     out.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(out, dpi=110)
