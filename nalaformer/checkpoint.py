@@ -16,7 +16,8 @@ from typing import Dict, Optional, Union
 
 import torch
 
-__all__ = ['CheckpointError', 'read_checkpoint', 'describe_architecture', 'save_state_dict', 'convert_checkpoint']
+__all__ = ['CheckpointError', 'read_checkpoint', 'describe_architecture', 'save_state_dict', 'convert_checkpoint',
+           'local_pretrained_kwargs']
 
 PathLike = Union[str, os.PathLike]
 # Where training scripts keep the weights inside a checkpoint dict, in order of preference.
@@ -123,3 +124,16 @@ def convert_checkpoint(src: PathLike, dst: PathLike, prefer_ema: bool = False) -
     arch = describe_architecture(state_dict)
     save_state_dict(state_dict, dst, metadata={k: str(list(v)) for k, v in arch.items()})
     return arch
+
+
+def local_pretrained_kwargs(variant: str, kwargs: dict) -> dict:
+    """timm kwargs for ``pretrained=True``: no weights are hosted, so a local file (or state dict) is
+    required, and files are read by the model's own ``load_pretrained`` (timm's ``custom_load``),
+    which is safe and names what is wrong with a checkpoint."""
+    overlay = dict(kwargs.get('pretrained_cfg_overlay') or {})
+    if not (overlay.get('file') or overlay.get('state_dict')):
+        raise ValueError(
+            f'{variant}: no weights are hosted for download; pass a local checkpoint with '
+            f"pretrained_cfg_overlay=dict(file='path/to/checkpoint.pth' or '.safetensors')")
+    overlay.setdefault('custom_load', bool(overlay.get('file')))
+    return {**kwargs, 'pretrained_cfg_overlay': overlay}

@@ -49,7 +49,7 @@ from timm.models.swin_transformer import (
 from timm.models.swin_transformer import checkpoint_filter_fn as swin_checkpoint_filter_fn
 from timm.models.vision_transformer import get_init_weights_vit
 
-from ..checkpoint import CheckpointError, read_checkpoint
+from ..checkpoint import CheckpointError, local_pretrained_kwargs, read_checkpoint
 from ..ops.nala import build_attention_kernel, rope_angles, rope_table
 from .nalaformer import _WRAPPER_PREFIXES  # DDP / compile / runner prefixes
 
@@ -577,13 +577,7 @@ def checkpoint_filter_fn(state_dict: Dict[str, torch.Tensor], model: NaLaSwinTra
 
 def _create_nala_swin(variant: str, pretrained: bool = False, **kwargs) -> NaLaSwinTransformer:
     if pretrained:
-        overlay = dict(kwargs.get('pretrained_cfg_overlay') or {})
-        if not (overlay.get('file') or overlay.get('state_dict')):
-            raise ValueError(
-                f'{variant}: no weights are hosted for download; pass a local checkpoint with '
-                f"pretrained_cfg_overlay=dict(file='path/to/checkpoint.pth' or '.safetensors')")
-        overlay.setdefault('custom_load', bool(overlay.get('file')))  # our safe loader (load_pretrained)
-        kwargs['pretrained_cfg_overlay'] = overlay
+        kwargs = local_pretrained_kwargs(variant, kwargs)
     model_args = dict(MODEL_ARGS[variant])
     model_args.update(kwargs)
     return build_model_with_cfg(

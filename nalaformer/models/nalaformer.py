@@ -21,7 +21,7 @@ from timm.layers import SelectAdaptivePool2d, calculate_drop_path_rates, trunc_n
 from timm.models import build_model_with_cfg, generate_default_cfgs, register_model
 from timm.models._features import feature_take_indices
 
-from ..checkpoint import CheckpointError, describe_architecture, read_checkpoint
+from ..checkpoint import CheckpointError, describe_architecture, local_pretrained_kwargs, read_checkpoint
 from .layers import NaLaStage, Stem
 
 __all__ = ['NaLaFormer', 'MODEL_ARGS', 'checkpoint_filter_fn']
@@ -295,14 +295,7 @@ def _name_architecture(arch: dict) -> str:
 
 def _create_nalaformer(variant: str, pretrained: bool = False, **kwargs) -> NaLaFormer:
     if pretrained:
-        overlay = dict(kwargs.get('pretrained_cfg_overlay') or {})
-        if not (overlay.get('file') or overlay.get('state_dict')):
-            raise ValueError(
-                f'{variant}: no weights are hosted for download; pass a local checkpoint with '
-                f"pretrained_cfg_overlay=dict(file='path/to/checkpoint.pth' or '.safetensors')")
-        # Read files with our loader (NaLaFormer.load_pretrained): safe, and with errors that name the problem.
-        overlay.setdefault('custom_load', bool(overlay.get('file')))
-        kwargs['pretrained_cfg_overlay'] = overlay
+        kwargs = local_pretrained_kwargs(variant, kwargs)
     model_args = dict(MODEL_ARGS[variant])
     model_args.update(kwargs)
     return build_model_with_cfg(
