@@ -13,7 +13,8 @@ BLOCK_D, a power of two) and R_i the RoPE rotation of token i:
 
 Half 1 / half 2 are the positive / negative parts (release form) or the cos / sin parts
 (cosine-inhibit form, ``COS``). Sums over tokens are split across programs and the small
-partial states added up in PyTorch. All arithmetic runs in ``ACC`` (float32, or float64).
+partial states added up in PyTorch. All arithmetic runs in ``ACC`` (float32, or float64), except
+that the operands of the tile products may be rounded first (``DOT``, see :mod:`.tuning`).
 """
 import math
 from typing import Optional, Tuple
@@ -25,21 +26,20 @@ from triton.runtime.interpreter import InterpretedFunction
 
 from nalaformer.ops.nala import DIRECTION_EPS, LAMBDA, NORMALISER_EPS, TAU
 
+from .tuning import Tuning
+
 # True when the kernels below were built for the Triton interpreter (CPU tensors work).
 INTERPRETED = triton.knobs.runtime.interpret
 if INTERPRETED != isinstance(tl.zeros, InterpretedFunction):
     raise RuntimeError(
         f'TRITON_INTERPRET={INTERPRETED:d} now, but triton was imported with the other setting: set it before '
         'triton is first imported (importing timm or nalaformer imports it; tests set it in tests/conftest.py)')
-# Programs wanted for each token reduction (passes 1 and the state gradient), which split the
-# tokens of a head into ranges summed afterwards. None: two per SM on a GPU, else one per head.
-REDUCTION_PROGRAMS: Optional[int] = None
-
 _LAMBDA = tl.constexpr(LAMBDA)
 _TAU = tl.constexpr(TAU)
 _NORM_EPS = tl.constexpr(NORMALISER_EPS)
 _DIR_EPS = tl.constexpr(DIRECTION_EPS)
 _QUARTER_PI = tl.constexpr(math.pi / 4)
+_INTERPRETED = tl.constexpr(INTERPRETED)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -78,9 +78,16 @@ def _load_vec(base, BLOCK_D: tl.constexpr, ACC: tl.constexpr):
 
 
 @triton.jit
-def _mm(a, b, acc, ACC: tl.constexpr):
-    """acc + a @ b in full precision (no TF32)."""
-    return tl.dot(a, b, acc, input_precision='ieee', out_dtype=ACC)
+def _mm(a, b, acc, ACC: tl.constexpr, DOT: tl.constexpr):
+    """acc + a @ b, accumulated in ACC, with operands as the ``dot`` tuning says (see :class:`Tuning`)."""
+    if DOT == 'bf16':
+        if _INTERPRETED:
+            # The interpreter cannot multiply bfloat16 tiles; products of bfloat16-rounded values
+            # are exact in float32, so this gives the tensor-core result up to summation order.
+            return tl.dot(a.to(tl.bfloat16).to(ACC), b.to(tl.bfloat16).to(ACC), acc, input_precision='ieee',
+                          out_dtype=ACC)
+        return tl.dot(a.to(tl.bfloat16), b.to(tl.bfloat16), acc, out_dtype=ACC)
+    return tl.dot(a, b, acc, input_precision=DOT, out_dtype=ACC)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -251,7 +258,7 @@ def _query_tile(q_base, rope_ptr, mean_base, row0, N, D, stride_qn, alpha, COS: 
 def _forward_state_kernel(
         k_ptr, v_ptr, rope_ptr, state_ptr, ksum_ptr, H, N, D,
         stride_kb, stride_kh, stride_kn, stride_vb, stride_vh, stride_vn, alpha, blocks_per_split,
-        COS: tl.constexpr, ACC: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
+        COS: tl.constexpr, ACC: tl.constexpr, DOT: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
         BLOCK_DV: tl.constexpr, DV_PAD: tl.constexpr):
     """Pass 1, grid (B*H, splits, value blocks): partial state (2, BLOCK_D, BLOCK_DV) and key sums (2, BLOCK_D)."""
     bh = tl.program_id(0).to(tl.int64)  # offsets past 2^31 elements
@@ -272,8 +279,8 @@ def _forward_state_kernel(
         h1, h2 = _key_halves(k, alpha, COS)
         sum1 += tl.sum(h1, axis=0)
         sum2 += tl.sum(h2, axis=0)
-        acc1 = _mm(tl.trans(_rope(h1, sin, cos, BLOCK_N, BLOCK_D) * inv_sqrt_n), v, acc1, ACC)
-        acc2 = _mm(tl.trans(_rope(h2, sin, cos, BLOCK_N, BLOCK_D) * inv_sqrt_n), v, acc2, ACC)
+        acc1 = _mm(tl.trans(_rope(h1, sin, cos, BLOCK_N, BLOCK_D) * inv_sqrt_n), v, acc1, ACC, DOT)
+        acc2 = _mm(tl.trans(_rope(h2, sin, cos, BLOCK_N, BLOCK_D) * inv_sqrt_n), v, acc2, ACC, DOT)
     part = bh * tl.num_programs(1) + split
     state_base = state_ptr + part * 2 * BLOCK_D * DV_PAD + vblock * BLOCK_DV
     _store_rows(state_base, acc1, 0, BLOCK_D, BLOCK_DV, DV_PAD, BLOCK_D, BLOCK_DV)
@@ -287,7 +294,7 @@ def _forward_state_kernel(
 @triton.jit
 def _forward_output_kernel(
         q_ptr, rope_ptr, state_ptr, mean_ptr, out_ptr, H, N, D, stride_qb, stride_qh, stride_qn, alpha,
-        COS: tl.constexpr, ACC: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
+        COS: tl.constexpr, ACC: tl.constexpr, DOT: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
         BLOCK_DV: tl.constexpr, DV_PAD: tl.constexpr):
     """Pass 2, grid (B*H, token blocks): out rows = R phi_q . state / (phi_q . mean + eps)."""
     bh = tl.program_id(0).to(tl.int64)  # offsets past 2^31 elements
@@ -298,8 +305,8 @@ def _forward_output_kernel(
     state_base = state_ptr + bh * 2 * BLOCK_D * DV_PAD
     for c in tl.static_range(DV_PAD // BLOCK_DV):
         num = _mm(r1, _state_block(state_base, 0, c, BLOCK_D, BLOCK_DV, DV_PAD, ACC),
-                  tl.zeros((BLOCK_N, BLOCK_DV), ACC), ACC)
-        num = _mm(r2, _state_block(state_base, 1, c, BLOCK_D, BLOCK_DV, DV_PAD, ACC), num, ACC)
+                  tl.zeros((BLOCK_N, BLOCK_DV), ACC), ACC, DOT)
+        num = _mm(r2, _state_block(state_base, 1, c, BLOCK_D, BLOCK_DV, DV_PAD, ACC), num, ACC, DOT)
         _store_rows(out_ptr + bh * N * D + c * BLOCK_DV, num / z[:, None], row0, N, D - c * BLOCK_DV, D,
                     BLOCK_N, BLOCK_DV)
 
@@ -308,7 +315,7 @@ def _forward_output_kernel(
 def _backward_query_kernel(
         q_ptr, g_ptr, rope_ptr, state_ptr, mean_ptr, dq_ptr, dmean_ptr, H, N, D,
         stride_qb, stride_qh, stride_qn, stride_gb, stride_gh, stride_gn, alpha,
-        COS: tl.constexpr, ACC: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
+        COS: tl.constexpr, ACC: tl.constexpr, DOT: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
         BLOCK_DV: tl.constexpr, DV_PAD: tl.constexpr):
     """Grid (B*H, token blocks): dq of the block, and its part of d mean = -sum_i (g_i . out_i / z_i) phi_q_i.
 
@@ -329,10 +336,10 @@ def _backward_query_kernel(
         s1 = _state_block(state_base, 0, c, BLOCK_D, BLOCK_DV, DV_PAD, ACC)
         s2 = _state_block(state_base, 1, c, BLOCK_D, BLOCK_DV, DV_PAD, ACC)
         g = _load_rows(g_base + c * BLOCK_DV, row0, N, D - c * BLOCK_DV, stride_gn, BLOCK_N, BLOCK_DV, ACC)
-        num = _mm(r2, s2, _mm(r1, s1, tl.zeros((BLOCK_N, BLOCK_DV), ACC), ACC), ACC)
+        num = _mm(r2, s2, _mm(r1, s1, tl.zeros((BLOCK_N, BLOCK_DV), ACC), ACC, DOT), ACC, DOT)
         g_dot_num += tl.sum(g * num, axis=1)
-        dr1 = _mm(g, tl.trans(s1), dr1, ACC)
-        dr2 = _mm(g, tl.trans(s2), dr2, ACC)
+        dr1 = _mm(g, tl.trans(s1), dr1, ACC, DOT)
+        dr2 = _mm(g, tl.trans(s2), dr2, ACC, DOT)
     inv_z = (1.0 / z)[:, None]
     w = g_dot_num[:, None] * inv_z * inv_z
     d1 = _rope_t(dr1 * inv_z, sin, cos, BLOCK_N, BLOCK_D) - w * _load_vec(mean_base, BLOCK_D, ACC)[None, :]
@@ -349,7 +356,7 @@ def _backward_query_kernel(
 def _backward_state_kernel(
         q_ptr, g_ptr, rope_ptr, mean_ptr, dstate_ptr, H, N, D,
         stride_qb, stride_qh, stride_qn, stride_gb, stride_gh, stride_gn, alpha, blocks_per_split,
-        COS: tl.constexpr, ACC: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
+        COS: tl.constexpr, ACC: tl.constexpr, DOT: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
         BLOCK_DV: tl.constexpr, DV_PAD: tl.constexpr):
     """Grid (B*H, splits, value blocks): partial d state = sum_i R_i phi_q_i (g_i / z_i)^T."""
     bh = tl.program_id(0).to(tl.int64)  # offsets past 2^31 elements
@@ -364,8 +371,8 @@ def _backward_state_kernel(
         _, _, _, r1, r2, z, _, _ = _query_tile(q_base, rope_ptr, mean_ptr + bh * 2 * BLOCK_D, row0, N, D,
                                                stride_qn, alpha, COS, ACC, BLOCK_N, BLOCK_D)
         g = _load_rows(g_base, row0, N, D - vblock * BLOCK_DV, stride_gn, BLOCK_N, BLOCK_DV, ACC) / z[:, None]
-        acc1 = _mm(tl.trans(r1), g, acc1, ACC)
-        acc2 = _mm(tl.trans(r2), g, acc2, ACC)
+        acc1 = _mm(tl.trans(r1), g, acc1, ACC, DOT)
+        acc2 = _mm(tl.trans(r2), g, acc2, ACC, DOT)
     part = bh * tl.num_programs(1) + split
     base = dstate_ptr + part * 2 * BLOCK_D * DV_PAD + vblock * BLOCK_DV
     _store_rows(base, acc1, 0, BLOCK_D, BLOCK_DV, DV_PAD, BLOCK_D, BLOCK_DV)
@@ -376,7 +383,7 @@ def _backward_state_kernel(
 def _backward_key_kernel(
         k_ptr, v_ptr, rope_ptr, dstate_ptr, dmean_ptr, dk_ptr, dv_ptr, H, N, D,
         stride_kb, stride_kh, stride_kn, stride_vb, stride_vh, stride_vn, alpha,
-        COS: tl.constexpr, ACC: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
+        COS: tl.constexpr, ACC: tl.constexpr, DOT: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
         BLOCK_DV: tl.constexpr, DV_PAD: tl.constexpr):
     """Grid (B*H, token blocks): dv_j = d state^T R_j phi_k_j / N, d phi_k_j = R_j^T d state v_j / N + d mean / N."""
     bh = tl.program_id(0).to(tl.int64)  # offsets past 2^31 elements
@@ -396,9 +403,9 @@ def _backward_key_kernel(
         s1 = _state_block(dstate_base, 0, c, BLOCK_D, BLOCK_DV, DV_PAD, ACC)
         s2 = _state_block(dstate_base, 1, c, BLOCK_D, BLOCK_DV, DV_PAD, ACC)
         v = _load_rows(v_base + c * BLOCK_DV, row0, N, D - c * BLOCK_DV, stride_vn, BLOCK_N, BLOCK_DV, ACC)
-        dr1 = _mm(v, tl.trans(s1), dr1, ACC)
-        dr2 = _mm(v, tl.trans(s2), dr2, ACC)
-        dv = _mm(r2, s2, _mm(r1, s1, tl.zeros((BLOCK_N, BLOCK_DV), ACC), ACC), ACC) * inv_n
+        dr1 = _mm(v, tl.trans(s1), dr1, ACC, DOT)
+        dr2 = _mm(v, tl.trans(s2), dr2, ACC, DOT)
+        dv = _mm(r2, s2, _mm(r1, s1, tl.zeros((BLOCK_N, BLOCK_DV), ACC), ACC, DOT), ACC, DOT) * inv_n
         _store_rows(dv_ptr + bh * N * D + c * BLOCK_DV, dv, row0, N, D - c * BLOCK_DV, D, BLOCK_N, BLOCK_DV)
     dmean_base = dmean_ptr + bh * 2 * BLOCK_D
     d1 = (_rope_t(dr1, sin, cos, BLOCK_N, BLOCK_D) + _load_vec(dmean_base, BLOCK_D, ACC)[None, :]) * inv_n
@@ -408,34 +415,34 @@ def _backward_key_kernel(
 
 # ----------------------------------------------------------------------------------------------
 # Launchers: (B, H, N, d) tensors with a unit last stride; rope (2, N, d) contiguous, in the
-# compute dtype. ``alpha`` None selects the release form, a float the cosine-inhibit form.
+# compute dtype. ``alpha`` None selects the release form, a float the cosine-inhibit form;
+# ``tune`` gives block sizes, warps and dot operands.
 # ----------------------------------------------------------------------------------------------
 class _Launch:
-    """Block sizes and grid shapes for one (B, H, N, d) problem."""
+    """Block sizes and grid shapes for one (B, H, N, d) problem under one tuning."""
 
-    def __init__(self, x: torch.Tensor, alpha: Optional[float]):
+    def __init__(self, x: torch.Tensor, alpha: Optional[float], tune: Tuning):
+        self.tuning = tune
         self.batch, self.heads, self.n, self.d = x.shape
         self.bh = self.batch * self.heads
         self.block_d = max(16, triton.next_power_of_2(self.d))
         self.block_dv = min(self.block_d, 64)
         self.dv_pad = triton.cdiv(self.d, self.block_dv) * self.block_dv
-        # Small token blocks: the backward kernels keep ~9 (BLOCK_N, BLOCK_D) fp32 tiles live, and at
-        # BLOCK_N = 64 they spilled registers (H200, d = 64: forward + backward 22.5 ms at BLOCK_N = 64,
-        # 10.2 ms at 32, 3.4 ms at 16, for 2 heads x 82,944 tokens).
-        self.block_n = 16
+        self.block_n = tune.block_n
         self.token_blocks = triton.cdiv(self.n, self.block_n)
-        self.acc_dtype = torch.float64 if x.dtype == torch.float64 else torch.float32
+        wide = x.dtype == torch.float64
+        self.acc_dtype = torch.float64 if wide else torch.float32
         self.device = x.device
         self.alpha = 0.0 if alpha is None else float(alpha)
         self.meta = dict(
-            COS=alpha is not None, ACC=tl.float64 if x.dtype == torch.float64 else tl.float32,
+            COS=alpha is not None, ACC=tl.float64 if wide else tl.float32, DOT='ieee' if wide else tune.dot,
             BLOCK_N=self.block_n, BLOCK_D=self.block_d, BLOCK_DV=self.block_dv, DV_PAD=self.dv_pad,
-            num_warps=4)
+            num_warps=tune.num_warps, num_stages=tune.num_stages)
 
     def splits(self) -> Tuple[int, int]:
         """(token blocks per program, programs) for the token reductions: enough programs to fill the GPU."""
         programs = self.bh * (self.dv_pad // self.block_dv)
-        target = REDUCTION_PROGRAMS
+        target = self.tuning.reduction_programs
         if target is None and not INTERPRETED and self.device.type == 'cuda':
             target = 2 * torch.cuda.get_device_properties(self.device).multi_processor_count
         wanted = (target or programs) // programs
@@ -451,9 +458,9 @@ def _strides(x: torch.Tensor) -> Tuple[int, int, int]:
     return x.stride(0), x.stride(1), x.stride(2)
 
 
-def forward_state(k: torch.Tensor, v: torch.Tensor, rope: torch.Tensor, alpha: Optional[float]):
+def forward_state(k: torch.Tensor, v: torch.Tensor, rope: torch.Tensor, alpha: Optional[float], tune: Tuning):
     """Pass 1: (state (B*H, 2, BLOCK_D, DV_PAD), mean of phi_k (B*H, 2, BLOCK_D)), padded with zeros."""
-    cfg = _Launch(k, alpha)
+    cfg = _Launch(k, alpha, tune)
     per_split, n_splits = cfg.splits()
     state = cfg.empty(cfg.bh, n_splits, 2, cfg.block_d, cfg.dv_pad)
     ksum = cfg.empty(cfg.bh, n_splits, 2, cfg.block_d)
@@ -464,18 +471,18 @@ def forward_state(k: torch.Tensor, v: torch.Tensor, rope: torch.Tensor, alpha: O
 
 
 def forward_output(q: torch.Tensor, rope: torch.Tensor, state: torch.Tensor, mean: torch.Tensor,
-                   alpha: Optional[float]) -> torch.Tensor:
+                   alpha: Optional[float], tune: Tuning) -> torch.Tensor:
     """Pass 2: out (B, H, N, d) in the compute dtype."""
-    cfg = _Launch(q, alpha)
+    cfg = _Launch(q, alpha, tune)
     out = cfg.empty(cfg.batch, cfg.heads, cfg.n, cfg.d)
     _forward_output_kernel[(cfg.bh, cfg.token_blocks)](q, rope, state, mean, out, cfg.heads, cfg.n, cfg.d,
                                                        *_strides(q), cfg.alpha, **cfg.meta)
     return out
 
 
-def backward_query(q, dout, rope, state, mean, alpha):
+def backward_query(q, dout, rope, state, mean, alpha, tune):
     """(dq like q, d mean (B*H, 2, BLOCK_D))."""
-    cfg = _Launch(q, alpha)
+    cfg = _Launch(q, alpha, tune)
     dq = torch.empty_like(q, memory_format=torch.contiguous_format)
     dmean = cfg.empty(cfg.bh, cfg.token_blocks, 2, cfg.block_d)
     _backward_query_kernel[(cfg.bh, cfg.token_blocks)](
@@ -484,9 +491,9 @@ def backward_query(q, dout, rope, state, mean, alpha):
     return dq, dmean.sum(1)
 
 
-def backward_state(q, dout, rope, mean, alpha):
+def backward_state(q, dout, rope, mean, alpha, tune):
     """d state (B*H, 2, BLOCK_D, DV_PAD)."""
-    cfg = _Launch(q, alpha)
+    cfg = _Launch(q, alpha, tune)
     per_split, n_splits = cfg.splits()
     dstate = cfg.empty(cfg.bh, n_splits, 2, cfg.block_d, cfg.dv_pad)
     grid = (cfg.bh, n_splits, cfg.dv_pad // cfg.block_dv)
@@ -495,9 +502,9 @@ def backward_state(q, dout, rope, mean, alpha):
     return dstate.sum(1)
 
 
-def backward_key(k, v, rope, dstate, dmean, alpha):
+def backward_key(k, v, rope, dstate, dmean, alpha, tune):
     """(dk like k, dv like v)."""
-    cfg = _Launch(k, alpha)
+    cfg = _Launch(k, alpha, tune)
     dk = torch.empty_like(k, memory_format=torch.contiguous_format)
     dv = torch.empty_like(v, memory_format=torch.contiguous_format)
     _backward_key_kernel[(cfg.bh, cfg.token_blocks)](

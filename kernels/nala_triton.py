@@ -1,11 +1,16 @@
 """Fused Triton NaLa attention: autograd function and the ``nala_triton`` / ``nala_cos_triton`` kernels.
 
-``nala_attention(q, k, v, rope)`` computes exactly what the ``nala`` kernel of
+``nala_attention(q, k, v, rope, tuning=None)`` computes exactly what the ``nala`` kernel of
 :mod:`nalaformer.ops.nala` computes (``nala_feature_maps`` + ``linear_attention``, RoPE
 included) without materialising the (B, heads, N, 2d) feature maps; ``nala_cos_attention``
 does the same for ``nala_cos``. Shapes: q, k, v (B, heads, N, d) in float16, bfloat16 or
 float32 (float64 under the interpreter); rope (2, N, d); output (B, heads, N, d) in float32
 (float64 for float64 inputs). Gradients flow to q, k and v.
+
+``tuning`` (a :class:`~nalaformer.kernels.tuning.Tuning`; default: ``current_tuning()``, see
+``use_tuning``) sets block sizes, warps and the operands of the tile products; the backward
+of a call uses the tuning of its forward. The registered kernels take it as a dict:
+``build_attention_kernel('nala_triton', tuning=dict(block_n=32, dot='bf16'))``.
 
 The registered kernels run the fused path on CUDA tensors, or on any tensor when Triton
 runs in interpreter mode, and fall back to the PyTorch reference otherwise and for
@@ -23,8 +28,10 @@ from nalaformer.ops.nala import (
     AttentionKernel, linear_attention, nala_cos_feature_maps, nala_feature_maps, register_attention_kernel,
 )
 
-__all__ = ['interpreting', 'nala_attention', 'nala_cos_attention', 'triton_supported',
-           'NaLaTritonKernel', 'NaLaCosTritonKernel']
+from .tuning import Tuning, current_tuning, use_tuning
+
+__all__ = ['interpreting', 'nala_attention', 'nala_cos_attention', 'triton_supported', 'Tuning', 'current_tuning',
+           'use_tuning', 'NaLaTritonKernel', 'NaLaCosTritonKernel']
 
 _JIT_MODULE = __name__.rpartition('.')[0] + '.nala_jit'
 _INPUT_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
@@ -71,42 +78,55 @@ class _NaLaFunction(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(ctx, q, k, v, rope, alpha: Optional[float]):
+    def forward(ctx, q, k, v, rope, alpha: Optional[float], tune: Tuning):
         q, k, v = (_head_dim_contiguous(x) for x in (q, k, v))
         rope = rope.to(torch.float64 if q.dtype == torch.float64 else torch.float32).contiguous()
         jit = _jit()
-        state, mean = jit.forward_state(k, v, rope, alpha)
-        out = jit.forward_output(q, rope, state, mean, alpha)
+        state, mean = jit.forward_state(k, v, rope, alpha, tune)
+        out = jit.forward_output(q, rope, state, mean, alpha, tune)
         ctx.save_for_backward(q, k, v, rope, state, mean)
-        ctx.alpha = alpha
+        ctx.alpha, ctx.tune = alpha, tune
         return out
 
     @staticmethod
     @once_differentiable
     def backward(ctx, dout):
         q, k, v, rope, state, mean = ctx.saved_tensors
+        alpha, tune = ctx.alpha, ctx.tune
         dout = _head_dim_contiguous(dout.to(state.dtype))
         jit = _jit()
-        dq, dmean = jit.backward_query(q, dout, rope, state, mean, ctx.alpha)
-        dstate = jit.backward_state(q, dout, rope, mean, ctx.alpha)
-        dk, dv = jit.backward_key(k, v, rope, dstate, dmean, ctx.alpha)
-        return dq, dk, dv, None, None
+        dq, dmean = jit.backward_query(q, dout, rope, state, mean, alpha, tune)
+        dstate = jit.backward_state(q, dout, rope, mean, alpha, tune)
+        dk, dv = jit.backward_key(k, v, rope, dstate, dmean, alpha, tune)
+        return dq, dk, dv, None, None, None
 
 
-def nala_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, rope: torch.Tensor) -> torch.Tensor:
+def nala_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, rope: torch.Tensor,
+                   tuning: Optional[Tuning] = None) -> torch.Tensor:
     """Fused release NaLa attention: q, k, v (B, heads, N, d), rope (2, N, d) -> (B, heads, N, d) float32."""
-    return _NaLaFunction.apply(q, k, v, rope, None)
+    return _NaLaFunction.apply(q, k, v, rope, None, tuning or current_tuning())
 
 
 def nala_cos_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, rope: torch.Tensor,
-                       alpha: float = 20.0) -> torch.Tensor:
+                       alpha: float = 20.0, tuning: Optional[Tuning] = None) -> torch.Tensor:
     """Fused cosine-inhibit NaLa attention (``nala_cos``), same shapes as :func:`nala_attention`."""
-    return _NaLaFunction.apply(q, k, v, rope, float(alpha))
+    return _NaLaFunction.apply(q, k, v, rope, float(alpha), tuning or current_tuning())
 
 
 @register_attention_kernel('nala_triton')
 class NaLaTritonKernel(AttentionKernel):
-    """The ``nala`` kernel, fused in Triton where it can run (see :func:`triton_supported`)."""
+    """The ``nala`` kernel, fused in Triton where it can run (see :func:`triton_supported`).
+
+    ``tuning``: a dict of :class:`Tuning` fields for this kernel's calls (checked here); None
+    follows ``current_tuning()`` at each call.
+    """
+
+    def __init__(self, tuning: Optional[dict] = None):
+        super().__init__()
+        self.tuning = None if tuning is None else Tuning(**tuning)
+
+    def extra_repr(self) -> str:
+        return '' if self.tuning is None else f'tuning={self.tuning}'
 
     def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, rope: torch.Tensor) -> torch.Tensor:
         # Unlike the base class, float16 / bfloat16 inputs reach the kernels as they are: they
@@ -122,7 +142,7 @@ class NaLaTritonKernel(AttentionKernel):
         return self.reference(q.float(), k.float(), v.float(), rope.float())
 
     def fused(self, q, k, v, rope):
-        return nala_attention(q, k, v, rope)
+        return nala_attention(q, k, v, rope, self.tuning)
 
     def reference(self, q, k, v, rope):
         return linear_attention(*nala_feature_maps(q, k), v, rope)
@@ -132,12 +152,15 @@ class NaLaTritonKernel(AttentionKernel):
 class NaLaCosTritonKernel(NaLaTritonKernel):
     """The ``nala_cos`` kernel (cosine inhibit, sharpness ``alpha``), fused in Triton where it can run."""
 
-    def __init__(self, alpha: float = 20.0):
-        super().__init__()
+    def __init__(self, alpha: float = 20.0, tuning: Optional[dict] = None):
+        super().__init__(tuning)
         self.alpha = alpha
 
+    def extra_repr(self) -> str:
+        return ', '.join(filter(None, [f'alpha={self.alpha}', super().extra_repr()]))
+
     def fused(self, q, k, v, rope):
-        return nala_cos_attention(q, k, v, rope, self.alpha)
+        return nala_cos_attention(q, k, v, rope, self.alpha, self.tuning)
 
     def reference(self, q, k, v, rope):
         return linear_attention(*nala_cos_feature_maps(q, k, self.alpha), v, rope)

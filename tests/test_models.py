@@ -72,6 +72,22 @@ def test_all_nala_is_one_argument():
     assert all(b.attn.kernel.kernel_name == 'nala' for s in model.layers for b in s.blocks)
 
 
+def test_kernel_kwargs_for_every_stage_or_per_stage():
+    """One dict reaches every stage's kernel; a per-stage sequence lets a hybrid model tune its NaLa stages."""
+    every = small(attn_types='nala_cos', kernel_kwargs=dict(alpha=5.))
+    assert {b.attn.kernel.alpha for s in every.layers for b in s.blocks} == {5.}
+    hybrid = small(attn_types=('nala_cos', 'nala_cos', 'softmax', 'softmax'),
+                   kernel_kwargs=(dict(alpha=3.), dict(alpha=7.), None, None))
+    assert [s.blocks[0].attn.kernel.alpha for s in hybrid.layers[:2]] == [3., 7.]
+    assert hybrid(torch.randn(1, 3, 64, 64)).isfinite().all()
+    with pytest.raises(TypeError, match=r"kernel 'softmax' takes no arguments, got \['alpha'\].*per stage"):
+        small(attn_types=('nala_cos', 'nala_cos', 'softmax', 'softmax'), kernel_kwargs=dict(alpha=5.))
+    with pytest.raises(TypeError, match=r"kernel 'nala_cos' takes \['alpha'\], got \['alpah'\]"):
+        small(attn_types='nala_cos', kernel_kwargs=dict(alpah=5.))
+    with pytest.raises(ValueError, match='kernel_kwargs has 3 entries but the model has 4 stages'):
+        small(kernel_kwargs=[None] * 3)
+
+
 def test_bad_arguments_give_clear_errors():
     with pytest.raises(ValueError, match='attn_types has 3 entries but the model has 4 stages'):
         small(attn_types=('nala', 'nala', 'softmax'))

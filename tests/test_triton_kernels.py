@@ -131,12 +131,101 @@ def test_zero_query_and_key_rows():
 
 
 @pytest.mark.parametrize('programs', [2, 1000])
-def test_token_reduction_split_across_programs(monkeypatch, programs):
+def test_token_reduction_split_across_programs(programs):
     """Splitting the token sums over several programs (as on a GPU) gives the same result."""
-    monkeypatch.setattr(nala_jit, 'REDUCTION_PROGRAMS', programs)
     q, k, v, rope = make_inputs(1, 1, 5, 9, 32)  # 45 tokens: 3 blocks of 16
-    assert nala_jit._Launch(q, None).splits() == ((2, 2) if programs == 2 else (1, 3))
-    check_against_reference(q, k, v, rope)
+    with nala_triton.use_tuning(reduction_programs=programs):
+        assert nala_jit._Launch(q, None, nala_triton.current_tuning()).splits() == ((2, 2) if programs == 2 else (1, 3))
+        check_against_reference(q, k, v, rope)
+
+
+@pytest.mark.parametrize('block_n,num_warps,alpha,shape', [
+    (32, 8, None, (1, 2, 5, 9, 96)),   # 45 tokens: a partial second block of 32
+    (64, 4, 20.0, (2, 1, 3, 7, 64)),   # 21 tokens: one partial block of 64
+    (32, 2, None, (1, 1, 9, 11, 32)),  # 99 tokens
+])
+def test_token_block_sizes(block_n, num_warps, alpha, shape):
+    """Other token block sizes and warp counts compute the same function."""
+    with nala_triton.use_tuning(block_n=block_n, num_warps=num_warps, reduction_programs=2):
+        check_against_reference(*make_inputs(*shape), alpha=alpha)
+
+
+# Tensor-core operands: TF32 keeps 10 mantissa bits (2^-11 relative), bfloat16 7 (2^-8 when
+# rounded, 2^-7 truncated as the interpreter does). Errors of the output and of all gradients,
+# relative to each tensor's largest magnitude; measured under the interpreter for 'bf16':
+# 0.8-1.9e-2 over 3 seeds, fp32 and bf16 inputs, both forms. (The interpreter has no TF32 and
+# multiplies in float32 there.)
+DOT_TOLERANCE = {'tf32': 2e-3, 'bf16': 3e-2}
+
+
+@pytest.mark.parametrize('dot', sorted(DOT_TOLERANCE))
+@pytest.mark.parametrize('dtype,alpha', [(torch.float32, None), (torch.bfloat16, 20.0), (torch.float16, None)])
+def test_tensor_core_dots(dot, dtype, alpha):
+    """The 'tf32' and 'bf16' dot tunings stay within their rounding of the float64 reference."""
+    q, k, v, rope = make_inputs(1, 2, 5, 7, 64, dtype=dtype)
+    with nala_triton.use_tuning(dot=dot):
+        out = fused(q, k, v, rope, alpha)
+        dout = torch.randn_like(out)
+        grads = torch.autograd.grad(out, (q, k, v), dout)
+    ref, ref_inputs = reference(q, k, v, rope, alpha)
+    ref_grads = torch.autograd.grad(ref, ref_inputs, dout.double())
+    tol = max(DOT_TOLERANCE[dot], TOLERANCE[dtype])
+    for name, actual, expected in zip(('out', 'dq', 'dk', 'dv'), (out, *grads), (ref, *ref_grads)):
+        assert_close_scaled(actual, expected, tol, name)
+
+
+def test_bf16_dots_round_their_operands():
+    """The 'bf16' tuning really multiplies rounded operands: its result moves off the exact one."""
+    q, k, v, rope = make_inputs(1, 1, 4, 8, 32)
+    exact = fused(q, k, v, rope).detach()
+    with nala_triton.use_tuning(dot='bf16'):
+        rounded = fused(q, k, v, rope).detach()
+    relative = ((rounded - exact).abs().max() / exact.abs().max()).item()
+    assert 1e-5 < relative < DOT_TOLERANCE['bf16']
+
+
+def test_backward_uses_the_tuning_of_its_forward(monkeypatch):
+    """A call's backward launches with its forward's tuning, whatever is current when it runs."""
+    seen = []
+    launch_init = nala_jit._Launch.__init__
+
+    def record(self, x, alpha, tune):
+        seen.append(tune.block_n)
+        launch_init(self, x, alpha, tune)
+
+    monkeypatch.setattr(nala_jit._Launch, '__init__', record)
+    q, k, v, rope = make_inputs(1, 1, 5, 9, 32)
+    with nala_triton.use_tuning(block_n=32):
+        out = fused(q, k, v, rope)
+    out.sum().backward()
+    assert seen == [32] * 5  # forward state, output; backward query, state, key
+
+
+def test_kernel_tuning_from_model_kernel_kwargs():
+    """Per-stage kernel_kwargs give the fused stages their own checked tuning, used by every launch."""
+    model = timm.create_model(
+        'nalaformer_xt', attn_types=('nala_triton', 'nala_cos_triton', 'softmax', 'softmax'),
+        kernel_kwargs=(dict(tuning=dict(block_n=32)), dict(alpha=5., tuning=dict(block_n=64, dot='bf16')), None, None))
+    kernels = [model.layers[i].blocks[0].attn.kernel for i in range(2)]
+    assert [(k.tuning.block_n, k.tuning.dot) for k in kernels] == [(32, 'ieee'), (64, 'bf16')]
+    assert kernels[1].alpha == 5. and 'tuning=Tuning(block_n=64' in repr(kernels[1])
+    assert nala_triton.current_tuning() == nala_triton.Tuning()
+    with pytest.raises(ValueError, match="dot must be one of"):
+        build_attention_kernel('nala_triton', tuning=dict(dot='fp8'))
+    with pytest.raises(TypeError, match="got an unexpected keyword argument 'block'"):
+        build_attention_kernel('nala_triton', tuning=dict(block=32))
+
+
+@pytest.mark.parametrize('field,value,message', [
+    ('block_n', 24, 'power of two'), ('block_n', 8, 'power of two'), ('num_warps', 3, 'num_warps'),
+    ('num_stages', 0, 'num_stages'),
+    ('dot', 'fp8', "dot must be one of ('ieee', 'tf32', 'bf16')"), ('reduction_programs', 0, '>= 1'),
+])
+def test_tuning_rejects_bad_values(field, value, message):
+    with pytest.raises(ValueError, match=message.replace('(', r'\(').replace(')', r'\)')):
+        with nala_triton.use_tuning(**{field: value}):
+            pass
+    assert nala_triton.current_tuning() == nala_triton.Tuning()  # a failed change leaves the tuning as it was
 
 
 @pytest.mark.parametrize('alpha', [None, 3.0])
@@ -203,13 +292,21 @@ def test_model_with_triton_stages_matches_default():
     torch.testing.assert_close(x_fused.grad, x_default.grad, rtol=1e-3, atol=1e-3 * x_default.grad.abs().max().item())
 
 
-def test_benchmark_tool_smoke(tmp_path):
-    """tools/analysis/benchmark_kernels.py --tiny writes valid JSON and a PNG with every row measured."""
+def test_benchmark_tool_smoke(tmp_path, capsys):
+    """tools/analysis/benchmark_kernels.py --tiny writes valid JSON, a PNG and tables with every row measured."""
     spec = importlib.util.spec_from_file_location('benchmark_kernels', ROOT / 'tools/analysis/benchmark_kernels.py')
     tool = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(tool)
-    tool.main(['--tiny', '--check', '--device', DEVICE, '--out-dir', str(tmp_path)])
+    tool.main(['--tiny', '--check', '--breakdown', '--sweep', '--sweep-block-n', '16', '32', '--sweep-warps', '4',
+               '--sweep-dot', 'ieee', '--dot', 'tf32', '--device', DEVICE, '--out-dir', str(tmp_path)])
     results = json.loads((tmp_path / 'benchmark_kernels.json').read_text())
+    assert results['config']['tuning']['dot'] == 'tf32' and nala_triton.current_tuning() == nala_triton.Tuning()
+    assert [set(b['time_ms']) for b in results['breakdown']] == [
+        {'forward_state', 'forward_output', 'backward_query', 'backward_state', 'backward_key'}] * len(tool.TINY_SIDES)
+    sweep = [(r['n'], r['mode'], r['tuning']['block_n']) for r in results['sweep'] if r['status'] == 'ok']
+    assert sorted(sweep) == sorted((s * s, mode, block_n) for s in tool.TINY_SIDES for mode in tool.MODES
+                                   for block_n in (16, 32))
+    assert 'forward_backward' in capsys.readouterr().out
     rows = results['rows']
     assert len(rows) == len(tool.TINY_SIDES) * len(tool.METHODS) * len(tool.MODES)
     assert all(r['status'] == 'ok' and r['time_ms'] > 0 and r['bandwidth_gbps'] > 0 for r in rows)

@@ -12,7 +12,7 @@ Per-stage attention kernels (``attn_types``) default to the release's hybrid
 """
 import logging
 import re
-from typing import Dict, List, Optional, Sequence, Tuple, Union
+from typing import Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 import torch
 import torch.nn as nn
@@ -63,7 +63,9 @@ class NaLaFormer(nn.Module):
         global_pool: timm pooling type ('avg' as released, '' for none).
         embed_dims, depths, num_heads, mlp_ratios: per-stage widths, block counts, heads, FFN ratios.
         attn_types: per-stage kernel names (a single name applies to every stage).
-        kernel_kwargs: extra arguments of the kernels (e.g. ``dict(alpha=20.)`` for ``nala_cos``).
+        kernel_kwargs: extra arguments of the kernels: one dict for every stage, or one dict (or None)
+            per stage, e.g. ``(dict(alpha=5.), dict(alpha=5.), None, None)`` with
+            ``attn_types=('nala_cos', 'nala_cos', 'softmax', 'softmax')``.
         layer_scale_init_values: per-stage LayerScale init (None, or None entries, disables it).
         head_hidden_size: width of the per-token projection before the classifier (1024).
         drop_rate: dropout before the classifier. drop_path_rate: stochastic depth, linear over blocks.
@@ -82,7 +84,7 @@ class NaLaFormer(nn.Module):
             num_heads: Sequence[int] = (1, 2, 4, 8),
             mlp_ratios: Union[float, Sequence[float]] = 4.,
             attn_types: Union[str, Sequence[str]] = RELEASE_ATTN_TYPES,
-            kernel_kwargs: Optional[dict] = None,
+            kernel_kwargs: Union[None, Mapping, Sequence[Optional[Mapping]]] = None,
             layer_scale_init_values: Union[None, float, Sequence[Optional[float]]] = 1.,
             head_hidden_size: int = 1024,
             drop_rate: float = 0.,
@@ -97,6 +99,9 @@ class NaLaFormer(nn.Module):
         num_heads = _per_stage(num_heads, num_stages, 'num_heads')
         mlp_ratios = _per_stage(mlp_ratios, num_stages, 'mlp_ratios')
         attn_types = _per_stage(attn_types, num_stages, 'attn_types')
+        if kernel_kwargs is None or isinstance(kernel_kwargs, Mapping):
+            kernel_kwargs = [kernel_kwargs] * num_stages
+        kernel_kwargs = _per_stage(kernel_kwargs, num_stages, 'kernel_kwargs')
         layer_scale_init_values = _per_stage(layer_scale_init_values, num_stages, 'layer_scale_init_values')
         self.num_classes = num_classes
         self.in_chans = in_chans
@@ -116,7 +121,7 @@ class NaLaFormer(nn.Module):
                 out_dim=embed_dims[i + 1] if i + 1 < num_stages else None,
                 drop_path=dpr[i],
                 layer_scale_init_value=layer_scale_init_values[i],
-                kernel_kwargs=kernel_kwargs, **dd))
+                kernel_kwargs=kernel_kwargs[i], **dd))
             self.feature_info.append(dict(num_chs=embed_dims[i], reduction=4 * 2 ** i, module=f'layers.{i}'))
 
         # Head as released: per-token Linear -> BatchNorm -> Swish -> pool -> 1x1 conv classifier.

@@ -13,6 +13,7 @@ Kernels are ``nn.Module`` subclasses without parameters (so they never change a
 state dict) registered by name; :func:`build_attention_kernel` makes one from the
 name used in configs (``'nala'``, ``'softmax'``, ...).
 """
+import inspect
 import math
 from typing import Dict, Optional, Tuple, Type
 
@@ -176,12 +177,22 @@ def register_attention_kernel(name: str):
 
 
 def build_attention_kernel(name: str, **kwargs) -> AttentionKernel:
-    """Instantiate a registered kernel; unknown names list the known ones."""
+    """Instantiate a registered kernel; unknown names and arguments it does not take are named."""
     if name not in ATTENTION_KERNELS:
         raise ValueError(
             f'unknown attention kernel {name!r}; choose one of {sorted(ATTENTION_KERNELS)} '
             f'(e.g. attn_types=("nala", "nala", "softmax", "softmax"))')
-    return ATTENTION_KERNELS[name](**kwargs)
+    kernel = ATTENTION_KERNELS[name]
+    # nn.Module's own __init__ takes (*args, **kwargs): a kernel without one takes nothing.
+    signature = inspect.Signature() if kernel.__init__ is nn.Module.__init__ else inspect.signature(kernel)
+    try:
+        signature.bind(**kwargs)
+    except TypeError as err:
+        raise TypeError(
+            f'attention kernel {name!r} takes {list(signature.parameters) or "no arguments"}, got {sorted(kwargs)} '
+            f'({err}); in a model, give kernel_kwargs per stage, e.g. kernel_kwargs=(dict(alpha=5.), '
+            f'dict(alpha=5.), None, None) with attn_types=("nala_cos", "nala_cos", "softmax", "softmax")') from None
+    return kernel(**kwargs)
 
 
 @register_attention_kernel('nala')

@@ -14,13 +14,26 @@ allocated before it (the inputs). On CPU memory is not measured and reported as 
 Achieved bandwidth: (bytes of q, k, v read + out written; for forward + backward also dout read
 and dq, dk, dv written) / median time, and its fraction of the device's peak where known.
 
+The bandwidth bound is those bytes over the peak: ``x_bound`` = time / bound (1.0 would be
+running at the device's peak DRAM bandwidth).
+
+The fused kernel runs with the tuning given by ``--block-n --num-warps --num-stages --dot``
+(defaults: ``nalaformer.kernels.tuning.Tuning``). Two diagnostics on top:
+    --breakdown  times each of the five launchers (kernel + its small reduction) alone
+    --sweep      forward and forward + backward time of the fused kernel for every combination
+                 of --sweep-block-n x --sweep-warps x --sweep-dot (a compile failure is recorded)
+Results are printed as tables (ratios to the PyTorch reference of the same run) and saved.
+
 On CPU the Triton kernels run in the interpreter (``TRITON_INTERPRET=1`` is set here): only
 useful as a smoke test, with ``--tiny``. Examples:
 
     python tools/analysis/benchmark_kernels.py --device cuda --dtype bfloat16 --out-dir runs/bench
+    python tools/analysis/benchmark_kernels.py --device cuda --dtype bfloat16 --sides 56 256 --sweep --breakdown
     python tools/analysis/benchmark_kernels.py --tiny --out-dir /tmp/bench
 """
 import argparse
+import dataclasses
+import itertools
 import json
 import os
 import statistics
@@ -61,6 +74,16 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
                         help='also record the fused kernel errors (out, dq, dk, dv) vs the reference at each size')
     parser.add_argument('--tiny', action='store_true',
                         help='smoke run: sides 3 and 5, head dim 32, one repeat (on CPU unless --device is given)')
+    tuning = parser.add_argument_group('tuning of the fused kernel (default: nalaformer.kernels.tuning.Tuning)')
+    tuning.add_argument('--block-n', type=int, help='tokens per tile')
+    tuning.add_argument('--num-warps', type=int)
+    tuning.add_argument('--num-stages', type=int)
+    tuning.add_argument('--dot', choices=('ieee', 'tf32', 'bf16'), help='operands of the tile products')
+    parser.add_argument('--breakdown', action='store_true', help='also time each fused launcher alone')
+    parser.add_argument('--sweep', action='store_true', help='also time the fused kernel over a tuning grid')
+    parser.add_argument('--sweep-block-n', type=int, nargs='+', default=[16, 32, 64])
+    parser.add_argument('--sweep-warps', type=int, nargs='+', default=[4, 8])
+    parser.add_argument('--sweep-dot', nargs='+', default=['ieee', 'tf32', 'bf16'], choices=('ieee', 'tf32', 'bf16'))
     args = parser.parse_args(argv)
     if args.tiny:
         args.sides, args.head_dim, args.warmup, args.repeats = list(TINY_SIDES), 32, 0, 1
@@ -116,20 +139,23 @@ def _call(fn: Callable, inputs, mode: str, grad: Optional[torch.Tensor]):
     return out
 
 
-def time_ms(fn: Callable, inputs, mode: str, grad, warmup: int, repeats: int) -> List[float]:
-    """Wall times in ms of ``repeats`` calls after ``warmup`` untimed ones (device synchronised)."""
-    device = inputs[0].device
-    context = torch.no_grad() if mode == 'forward' else torch.enable_grad()
+def wall_times_ms(fn: Callable[[], object], device: torch.device, warmup: int, repeats: int) -> List[float]:
+    """Wall times in ms of ``repeats`` calls of ``fn()`` after ``warmup`` untimed ones (device synchronised)."""
     times = []
-    with context:
-        for i in range(warmup + repeats):
-            _sync(device)
-            start = time.perf_counter()
-            _call(fn, inputs, mode, grad)
-            _sync(device)
-            if i >= warmup:
-                times.append(1e3 * (time.perf_counter() - start))
+    for i in range(warmup + repeats):
+        _sync(device)
+        start = time.perf_counter()
+        fn()
+        _sync(device)
+        if i >= warmup:
+            times.append(1e3 * (time.perf_counter() - start))
     return times
+
+
+def time_ms(fn: Callable, inputs, mode: str, grad, warmup: int, repeats: int) -> List[float]:
+    """Wall times in ms of one method in one mode (see :func:`wall_times_ms`)."""
+    with torch.no_grad() if mode == 'forward' else torch.enable_grad():
+        return wall_times_ms(lambda: _call(fn, inputs, mode, grad), inputs[0].device, warmup, repeats)
 
 
 def peak_memory_mb(fn: Callable, inputs, mode: str, grad) -> Optional[float]:
@@ -147,7 +173,7 @@ def peak_memory_mb(fn: Callable, inputs, mode: str, grad) -> Optional[float]:
 
 
 def measure(args: argparse.Namespace, method: str, side: int, mode: str, peak_gbps) -> Dict[str, object]:
-    """One result row; failures (e.g. out of memory) are recorded in 'status' instead of raised."""
+    """One result row; out of memory (and, for the fused kernel, a failed compile) is recorded in 'status'."""
     from nalaformer.kernels.nala_triton import triton_supported
     row = {'method': method, 'mode': mode, 'side': side, 'n': side * side}
     try:
@@ -157,17 +183,98 @@ def measure(args: argparse.Namespace, method: str, side: int, mode: str, peak_gb
         grad = torch.randn_like(out)
         times = time_ms(fn, inputs, mode, grad, args.warmup, args.repeats)
         median = statistics.median(times)
-        gbps = io_bytes(inputs[0], out, mode) / (median * 1e-3) / 1e9
+        io = io_bytes(inputs[0], out, mode)
+        gbps = io / (median * 1e-3) / 1e9
+        known = isinstance(peak_gbps, float)
         row.update(
             status='ok', time_ms=median, times_ms=times, peak_mem_mb=peak_memory_mb(fn, inputs, mode, grad),
-            bandwidth_gbps=gbps, bandwidth_fraction=gbps / peak_gbps if isinstance(peak_gbps, float) else 'unknown',
+            io_bytes=io, bandwidth_gbps=gbps, bandwidth_fraction=gbps / peak_gbps if known else 'unknown',
+            bound_ms=io / (peak_gbps * 1e9) * 1e3 if known else 'unknown',
+            x_bound=peak_gbps / gbps if known else 'unknown',
             fused=method == 'nala_triton' and triton_supported(*inputs))
     except torch.cuda.OutOfMemoryError:
         row['status'] = 'out of memory'
+    except Exception as err:  # noqa: BLE001 - a tuning the compiler rejects is a result of a sweep
+        if method != 'nala_triton' or not type(err).__module__.startswith('triton'):
+            raise
+        row['status'] = f'{type(err).__name__}: {str(err)[:300]}'
     finally:
         if args.device.startswith('cuda'):
             torch.cuda.empty_cache()
     return row
+
+
+def kernel_breakdown(args: argparse.Namespace, side: int) -> Dict[str, object]:
+    """Median ms of each fused launcher (its kernel and the small PyTorch sum after it) on one size."""
+    from nalaformer.kernels import nala_jit
+    from nalaformer.kernels.tuning import current_tuning
+    tune = current_tuning()
+    q, k, v, rope = (x.detach() for x in make_inputs(args, side))
+    rope = rope.float().contiguous()
+    state, mean = nala_jit.forward_state(k, v, rope, None, tune)
+    dout = torch.randn_like(nala_jit.forward_output(q, rope, state, mean, None, tune))
+    dq, dmean = nala_jit.backward_query(q, dout, rope, state, mean, None, tune)
+    dstate = nala_jit.backward_state(q, dout, rope, mean, None, tune)
+    launchers = {
+        'forward_state': lambda: nala_jit.forward_state(k, v, rope, None, tune),
+        'forward_output': lambda: nala_jit.forward_output(q, rope, state, mean, None, tune),
+        'backward_query': lambda: nala_jit.backward_query(q, dout, rope, state, mean, None, tune),
+        'backward_state': lambda: nala_jit.backward_state(q, dout, rope, mean, None, tune),
+        'backward_key': lambda: nala_jit.backward_key(k, v, rope, dstate, dmean, None, tune),
+    }
+    times = {name: statistics.median(wall_times_ms(fn, q.device, args.warmup, args.repeats))
+             for name, fn in launchers.items()}
+    return {'side': side, 'n': side * side, 'time_ms': times}
+
+
+def tuning_sweep(args: argparse.Namespace, side: int, peak_gbps) -> List[Dict[str, object]]:
+    """Fused-kernel rows for every tuning of the sweep grid, each row tagged with its tuning."""
+    from nalaformer.kernels.tuning import use_tuning
+    rows = []
+    for block_n, warps, dot in itertools.product(args.sweep_block_n, args.sweep_warps, args.sweep_dot):
+        with use_tuning(block_n=block_n, num_warps=warps, dot=dot) as tune:
+            for mode in MODES:
+                row = measure(args, 'nala_triton', side, mode, peak_gbps)
+                row['tuning'] = dataclasses.asdict(tune)
+                rows.append(row)
+    return rows
+
+
+def summary(results: Dict[str, object]) -> str:
+    """Plain-text tables of the results: time, speed-up over the reference, memory ratio, x bound."""
+    lines = []
+    for mode in MODES:
+        lines.append(f'{mode}: ms (speed-up over nala) | peak MiB (ratio to nala) | x bandwidth bound')
+        for n in sorted({r['n'] for r in results['rows']}):
+            rows = {r['method']: r for r in results['rows'] if r['n'] == n and r['mode'] == mode}
+            base = rows.get('nala', {})
+            cells = []
+            for method, row in rows.items():
+                if row['status'] != 'ok':
+                    cells.append(f"{method} {row['status']}")
+                    continue
+                cell = f"{method} {row['time_ms']:.3f}"
+                if base.get('status') == 'ok':
+                    cell += f" ({base['time_ms'] / row['time_ms']:.2f}x)"
+                if row['peak_mem_mb'] is not None:
+                    cell += f" | {row['peak_mem_mb']:.0f}"
+                    if base.get('peak_mem_mb'):
+                        cell += f" ({row['peak_mem_mb'] / base['peak_mem_mb']:.2f})"
+                if isinstance(row['x_bound'], float):
+                    cell += f" | {row['x_bound']:.1f}x"
+                cells.append(cell)
+            lines.append(f'  N={n:>7}: ' + '; '.join(cells))
+    for entry in results.get('breakdown', []):
+        total = sum(entry['time_ms'].values())
+        parts = ', '.join(f'{name} {ms:.3f} ({ms / total:.0%})' for name, ms in entry['time_ms'].items())
+        lines.append(f"breakdown N={entry['n']}: {parts}")
+    sweep = [r for r in results.get('sweep', []) if r['status'] == 'ok' and r['mode'] == 'forward_backward']
+    for n in sorted({r['n'] for r in sweep}):
+        best = sorted((r for r in sweep if r['n'] == n), key=lambda r: r['time_ms'])[:5]
+        lines.append(f'sweep N={n}, fastest forward + backward: ' + '; '.join(
+            f"{r['time_ms']:.3f} ms (block_n {r['tuning']['block_n']}, warps {r['tuning']['num_warps']}, "
+            f"{r['tuning']['dot']})" for r in best))
+    return '\n'.join(lines)
 
 
 def check_errors(args: argparse.Namespace, side: int) -> Dict[str, object]:
@@ -217,19 +324,33 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict[str, object]:
     from tqdm import tqdm
 
     from nalaformer.kernels.nala_triton import interpreting  # importing nalaformer registers the kernels
+    from nalaformer.kernels.tuning import use_tuning
     device_info = peak_bandwidth(torch.device(args.device))
-    config = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()}
-    jobs = [(side, method, mode) for side in args.sides for method in args.methods for mode in MODES]
-    rows = [measure(args, method, side, mode, device_info['peak_gbps'])
-            for side, method, mode in tqdm(jobs, desc='benchmark', unit='run')]
-    results = {'config': config, 'device': device_info, 'triton_interpreter': interpreting(),
-               'peak_memory': 'torch.cuda.max_memory_allocated minus allocated before the call'
-               if args.device.startswith('cuda') else 'n/a (not measured on CPU)', 'rows': rows}
-    if args.check:
-        results['checks'] = [check_errors(args, side) for side in tqdm(args.sides, desc='check', unit='size')]
+    peak = device_info['peak_gbps']
+    changes = {name: getattr(args, name) for name in ('block_n', 'num_warps', 'num_stages', 'dot')
+               if getattr(args, name) is not None}
+    with use_tuning(**changes) as tune:
+        config = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()}
+        config['tuning'] = dataclasses.asdict(tune)
+        jobs = [(side, method, mode) for side in args.sides for method in args.methods for mode in MODES]
+        rows = [measure(args, method, side, mode, peak)
+                for side, method, mode in tqdm(jobs, desc='benchmark', unit='run')]
+        results = {'config': config, 'device': device_info, 'triton_interpreter': interpreting(),
+                   'peak_memory': 'torch.cuda.max_memory_allocated minus allocated before the call'
+                   if args.device.startswith('cuda') else 'n/a (not measured on CPU)', 'rows': rows}
+        if args.check:
+            results['checks'] = [check_errors(args, side) for side in tqdm(args.sides, desc='check', unit='size')]
+        if args.breakdown:
+            results['breakdown'] = [kernel_breakdown(args, side) for side in tqdm(args.sides, desc='breakdown')]
+    if args.sweep:
+        results['sweep'] = [row for side in tqdm(args.sides, desc='sweep', unit='size')
+                            for row in tuning_sweep(args, side, peak)]
     args.out_dir.mkdir(parents=True, exist_ok=True)
     (args.out_dir / 'benchmark_kernels.json').write_text(json.dumps(results, indent=2))
     plot(results, args.out_dir / 'benchmark_kernels.png')
+    print(f"{device_info['name']} {args.dtype} batch {args.batch} heads {args.heads} head dim {args.head_dim}, "
+          f"tuning {config['tuning']}, median of {args.repeats}")
+    print(summary(results))
     return results
 
 

@@ -1,0 +1,69 @@
+"""Launch parameters of the fused NaLa kernels: :class:`Tuning`, the default and :func:`use_tuning`.
+
+Free of triton imports, so that tunings can be built and checked (for instance from a model's
+``kernel_kwargs``) before the kernels are compiled.
+"""
+from contextlib import contextmanager
+from dataclasses import dataclass, replace
+from typing import Iterator, Optional
+
+__all__ = ['DOT_MODES', 'Tuning', 'current_tuning', 'use_tuning']
+
+DOT_MODES = ('ieee', 'tf32', 'bf16')
+
+
+@dataclass(frozen=True)
+class Tuning:
+    """Launch parameters of the fused kernels; they change speed, and only rounding otherwise.
+
+    block_n: tokens per tile (a power of two >= 16). num_warps: warps per program. num_stages:
+    software-pipelining depth of the token loops (compiled mode only).
+    dot: operands of the tile products, which always accumulate in float32: 'ieee' (float32 on
+    the FMA units), 'tf32' (float32 rounded to TF32 on tensor cores) or 'bf16' (rounded to
+    bfloat16 on tensor cores). float64 inputs always use 'ieee'.
+    reduction_programs: programs wanted for each token reduction (the state and its gradient),
+    which split the tokens of a head into ranges summed afterwards; None: two per SM on a GPU,
+    one per head and value block otherwise.
+    """
+    block_n: int = 16
+    num_warps: int = 4
+    num_stages: int = 3
+    dot: str = 'ieee'
+    reduction_programs: Optional[int] = None
+
+    def __post_init__(self):
+        if self.block_n < 16 or self.block_n & (self.block_n - 1):
+            raise ValueError(f'block_n must be a power of two >= 16, got {self.block_n}')
+        if self.num_warps not in (1, 2, 4, 8, 16):
+            raise ValueError(f'num_warps must be 1, 2, 4, 8 or 16, got {self.num_warps}')
+        if self.num_stages < 1:
+            raise ValueError(f'num_stages must be >= 1, got {self.num_stages}')
+        if self.dot not in DOT_MODES:
+            raise ValueError(f'dot must be one of {DOT_MODES}, got {self.dot!r}')
+        if self.reduction_programs is not None and self.reduction_programs < 1:
+            raise ValueError(f'reduction_programs must be None or >= 1, got {self.reduction_programs}')
+
+
+# Small token blocks by default: the backward kernels keep ~9 (BLOCK_N, BLOCK_D) fp32 tiles live,
+# and at BLOCK_N = 64 they spilled registers (H200, d = 64, 'ieee': forward + backward 22.5 ms at
+# BLOCK_N = 64, 10.2 ms at 32, 3.4 ms at 16, for 2 heads x 82,944 tokens).
+_current = Tuning()
+
+
+def current_tuning() -> Tuning:
+    """The tuning of fused calls that do not name one."""
+    return _current
+
+
+@contextmanager
+def use_tuning(**changes) -> Iterator[Tuning]:
+    """Change some :class:`Tuning` fields for the fused calls inside, e.g. ``use_tuning(dot='bf16')``.
+
+    A call's backward uses the tuning its forward ran with.
+    """
+    global _current
+    previous, _current = _current, replace(_current, **changes)
+    try:
+        yield _current
+    finally:
+        _current = previous
