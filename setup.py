@@ -17,7 +17,7 @@ setup(
     packages=find_packages(include=['nalaformer', 'nalaformer.*']) + ['nalaformer.kernels'],
     package_dir={'nalaformer.kernels': 'kernels'},
     # requirements.txt pins the tested environment; these are the minimal needs of the package
-    install_requires=['torch>=2.1', 'torchvision', 'timm>=1.0.20', 'safetensors', 'numpy', 'pyyaml', 'tqdm'],
+    install_requires=['torch>=2.4', 'torchvision', 'timm>=1.0.20', 'safetensors', 'numpy', 'pyyaml', 'tqdm'],
     extras_require={
         'train': ['mmengine>=0.10,<1.0', 'tensorboard', 'matplotlib'],
         'wandb': ['wandb'],

@@ -26,7 +26,7 @@ from triton.runtime.interpreter import InterpretedFunction
 
 from nalaformer.ops.nala import DIRECTION_EPS, LAMBDA, NORMALISER_EPS, TAU
 
-from .tuning import Tuning
+from .tuning import Tuning, feature_blocks
 
 # True when the kernels below were built for the Triton interpreter (CPU tensors work).
 INTERPRETED = triton.knobs.runtime.interpret
@@ -425,9 +425,7 @@ class _Launch:
         self.tuning = tune
         self.batch, self.heads, self.n, self.d = x.shape
         self.bh = self.batch * self.heads
-        self.block_d = max(16, triton.next_power_of_2(self.d))
-        self.block_dv = min(self.block_d, 64)
-        self.dv_pad = triton.cdiv(self.d, self.block_dv) * self.block_dv
+        self.block_d, self.block_dv, self.dv_pad = feature_blocks(self.d)
         self.block_n = tune.block_n
         self.token_blocks = triton.cdiv(self.n, self.block_n)
         wide = x.dtype == torch.float64

@@ -1,4 +1,4 @@
-"""Fused Triton NaLa attention: autograd function and the ``nala_triton`` / ``nala_cos_triton`` kernels.
+"""Fused Triton NaLa attention: custom operators with autograd, and the ``nala_triton`` / ``nala_cos_triton`` kernels.
 
 ``nala_attention(q, k, v, rope, tuning=None)`` computes exactly what the ``nala`` kernel of
 :mod:`nalaformer.ops.nala` computes (``nala_feature_maps`` + ``linear_attention``, RoPE
@@ -17,23 +17,24 @@ runs in interpreter mode, and fall back to the PyTorch reference otherwise and f
 unsupported shapes. Triton fixes its mode when it is first imported (``import timm`` already
 imports it), so ``TRITON_INTERPRET=1`` must be set before that.
 """
-import sys
-from typing import Optional
+from typing import Optional, Tuple
 
 import torch
 import triton  # an ImportError here leaves the kernels unregistered
-from torch.autograd.function import once_differentiable
+from triton.runtime.interpreter import InterpretedFunction
 
 from nalaformer.ops.nala import (
     AttentionKernel, linear_attention, nala_cos_feature_maps, nala_feature_maps, register_attention_kernel,
 )
 
-from .tuning import Tuning, current_tuning, use_tuning
+from .tuning import Tuning, current_tuning, feature_blocks, use_tuning
 
 __all__ = ['interpreting', 'nala_attention', 'nala_cos_attention', 'triton_supported', 'Tuning', 'current_tuning',
            'use_tuning', 'NaLaTritonKernel', 'NaLaCosTritonKernel']
 
-_JIT_MODULE = __name__.rpartition('.')[0] + '.nala_jit'
+# Triton wraps its language functions for the interpreter when it is first imported with
+# TRITON_INTERPRET=1; the kernels (nala_jit) check that they are built in the same mode.
+INTERPRETED = isinstance(triton.language.zeros, InterpretedFunction)
 _INPUT_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 # Larger heads would need (2, 128, 128)-plus fp32 tiles per program.
 MAX_HEAD_DIM = 128
@@ -46,9 +47,8 @@ def _jit():
 
 
 def interpreting() -> bool:
-    """Whether fused calls run in the Triton interpreter (the kernels' mode once they are loaded)."""
-    module = sys.modules.get(_JIT_MODULE)
-    return module.INTERPRETED if module is not None else triton.knobs.runtime.interpret
+    """Whether fused calls run in the Triton interpreter (fixed when triton was first imported)."""
+    return INTERPRETED
 
 
 def triton_supported(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, rope: torch.Tensor) -> bool:
@@ -71,46 +71,88 @@ def _head_dim_contiguous(x: torch.Tensor) -> torch.Tensor:
     return x if x.stride(-1) == 1 else x.contiguous()
 
 
-class _NaLaFunction(torch.autograd.Function):
-    """Fused forward (two passes over the tokens) and backward (three) of NaLa attention.
+def _compute_dtype(x: torch.Tensor) -> torch.dtype:
+    return torch.float64 if x.dtype == torch.float64 else torch.float32
 
-    Saves only q, k, v, the rope table, the (2, d, d) state and the (2, d) mean of phi_k per head.
-    """
 
-    @staticmethod
-    def forward(ctx, q, k, v, rope, alpha: Optional[float], tune: Tuning):
-        q, k, v = (_head_dim_contiguous(x) for x in (q, k, v))
-        rope = rope.to(torch.float64 if q.dtype == torch.float64 else torch.float32).contiguous()
-        jit = _jit()
-        state, mean = jit.forward_state(k, v, rope, alpha, tune)
-        out = jit.forward_output(q, rope, state, mean, alpha, tune)
-        ctx.save_for_backward(q, k, v, rope, state, mean)
-        ctx.alpha, ctx.tune = alpha, tune
-        return out
+# The fused forward and backward are custom operators, opaque to torch.compile (which cannot trace
+# into Triton's launcher or interpreter) and described to it by their fake (shape-only) versions.
+# A Tuning travels as its fields, since operator schemas take only plain types.
+def _tuning_args(tune: Tuning) -> tuple:
+    return tune.block_n, tune.num_warps, tune.num_stages, tune.dot, tune.reduction_programs
 
-    @staticmethod
-    @once_differentiable
-    def backward(ctx, dout):
-        q, k, v, rope, state, mean = ctx.saved_tensors
-        alpha, tune = ctx.alpha, ctx.tune
-        dout = _head_dim_contiguous(dout.to(state.dtype))
-        jit = _jit()
-        dq, dmean = jit.backward_query(q, dout, rope, state, mean, alpha, tune)
-        dstate = jit.backward_state(q, dout, rope, mean, alpha, tune)
-        dk, dv = jit.backward_key(k, v, rope, dstate, dmean, alpha, tune)
-        return dq, dk, dv, None, None, None
+
+@torch.library.custom_op('nalaformer::nala_attention_forward', mutates_args=())
+def _forward_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, rope: torch.Tensor, alpha: Optional[float],
+                block_n: int, num_warps: int, num_stages: int, dot: str,
+                reduction_programs: Optional[int]) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Two passes over the tokens: (out (B, H, N, d), state (B*H, 2, BLOCK_D, DV_PAD), mean (B*H, 2, BLOCK_D))."""
+    tune = Tuning(block_n, num_warps, num_stages, dot, reduction_programs)
+    q, k, v = (_head_dim_contiguous(x) for x in (q, k, v))
+    rope = rope.to(_compute_dtype(q)).contiguous()
+    jit = _jit()
+    state, mean = jit.forward_state(k, v, rope, alpha, tune)
+    return jit.forward_output(q, rope, state, mean, alpha, tune), state, mean
+
+
+@_forward_op.register_fake
+def _forward_fake(q, k, v, rope, alpha, block_n, num_warps, num_stages, dot, reduction_programs):
+    batch, heads, _, d = q.shape
+    block_d, _, dv_pad = feature_blocks(d)
+    dtype = _compute_dtype(q)
+    return (q.new_empty(q.shape, dtype=dtype), q.new_empty(batch * heads, 2, block_d, dv_pad, dtype=dtype),
+            q.new_empty(batch * heads, 2, block_d, dtype=dtype))
+
+
+@torch.library.custom_op('nalaformer::nala_attention_backward', mutates_args=())
+def _backward_op(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, rope: torch.Tensor,
+                 state: torch.Tensor, mean: torch.Tensor, alpha: Optional[float], block_n: int, num_warps: int,
+                 num_stages: int, dot: str,
+                 reduction_programs: Optional[int]) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Three passes, recomputing the feature maps: (dq, dk, dv) like q, k, v."""
+    tune = Tuning(block_n, num_warps, num_stages, dot, reduction_programs)
+    q, k, v = (_head_dim_contiguous(x) for x in (q, k, v))
+    rope = rope.to(state.dtype).contiguous()
+    dout = _head_dim_contiguous(dout.to(state.dtype))
+    jit = _jit()
+    dq, dmean = jit.backward_query(q, dout, rope, state, mean, alpha, tune)
+    dstate = jit.backward_state(q, dout, rope, mean, alpha, tune)
+    dk, dv = jit.backward_key(k, v, rope, dstate, dmean, alpha, tune)
+    return dq, dk, dv
+
+
+@_backward_op.register_fake
+def _backward_fake(dout, q, k, v, rope, state, mean, alpha, block_n, num_warps, num_stages, dot, reduction_programs):
+    return tuple(torch.empty_like(x, memory_format=torch.contiguous_format) for x in (q, k, v))
+
+
+def _setup_context(ctx, inputs, output):
+    q, k, v, rope, alpha, *tuning = inputs
+    _, state, mean = output
+    # Only inputs, the small state and the key mean are kept; the feature maps are recomputed.
+    ctx.save_for_backward(q, k, v, rope, state, mean)
+    ctx.mark_non_differentiable(state, mean)
+    ctx.alpha, ctx.tuning = alpha, tuning
+
+
+def _backward(ctx, dout, _dstate, _dmean):
+    dq, dk, dv = _backward_op(dout, *ctx.saved_tensors, ctx.alpha, *ctx.tuning)
+    return (dq, dk, dv) + (None,) * 7
+
+
+_forward_op.register_autograd(_backward, setup_context=_setup_context)
 
 
 def nala_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, rope: torch.Tensor,
                    tuning: Optional[Tuning] = None) -> torch.Tensor:
     """Fused release NaLa attention: q, k, v (B, heads, N, d), rope (2, N, d) -> (B, heads, N, d) float32."""
-    return _NaLaFunction.apply(q, k, v, rope, None, tuning or current_tuning())
+    return _forward_op(q, k, v, rope, None, *_tuning_args(tuning or current_tuning()))[0]
 
 
 def nala_cos_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, rope: torch.Tensor,
                        alpha: float = 20.0, tuning: Optional[Tuning] = None) -> torch.Tensor:
     """Fused cosine-inhibit NaLa attention (``nala_cos``), same shapes as :func:`nala_attention`."""
-    return _NaLaFunction.apply(q, k, v, rope, float(alpha), tuning or current_tuning())
+    return _forward_op(q, k, v, rope, float(alpha), *_tuning_args(tuning or current_tuning()))[0]
 
 
 @register_attention_kernel('nala_triton')

@@ -1,13 +1,14 @@
-"""Launch parameters of the fused NaLa kernels: :class:`Tuning`, the default and :func:`use_tuning`.
+"""Launch parameters of the fused NaLa kernels: :class:`Tuning`, the default, :func:`use_tuning`,
+and the tile sizes that follow from the head dim (:func:`feature_blocks`).
 
 Free of triton imports, so that tunings can be built and checked (for instance from a model's
 ``kernel_kwargs``) before the kernels are compiled.
 """
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
-from typing import Iterator, Optional
+from typing import Iterator, Optional, Tuple
 
-__all__ = ['DOT_MODES', 'Tuning', 'current_tuning', 'use_tuning']
+__all__ = ['DOT_MODES', 'Tuning', 'current_tuning', 'feature_blocks', 'use_tuning']
 
 DOT_MODES = ('ieee', 'tf32', 'bf16')
 
@@ -67,3 +68,15 @@ def use_tuning(**changes) -> Iterator[Tuning]:
         yield _current
     finally:
         _current = previous
+
+
+def feature_blocks(head_dim: int) -> Tuple[int, int, int]:
+    """(BLOCK_D, BLOCK_DV, DV_PAD) for a head dim d.
+
+    Each feature half is padded to BLOCK_D, the next power of two >= max(d, 16); the value dim is
+    processed in blocks of BLOCK_DV = min(BLOCK_D, 64) columns, DV_PAD of them in all (a multiple
+    of BLOCK_DV). A head's state is (2, BLOCK_D, DV_PAD), its key mean (2, BLOCK_D).
+    """
+    block_d = max(16, 1 << (head_dim - 1).bit_length())
+    block_dv = min(block_d, 64)
+    return block_d, block_dv, -(-head_dim // block_dv) * block_dv
