@@ -308,6 +308,24 @@ def test_model_compiles_in_one_graph():
     torch.testing.assert_close(grad_compiled, grad, rtol=1e-4, atol=1e-4 * grad.abs().max().item())
 
 
+def test_gradient_checkpointing_with_fused_stages():
+    """Recomputing fused stages in backward (grad checkpointing) gives the same parameter gradients."""
+    torch.manual_seed(0)
+    model = timm.create_model('nalaformer_xt', attn_types=('nala_triton', 'nala_cos_triton', 'softmax', 'softmax'),
+                              drop_path_rate=0.0)  # stochastic depth would draw differently in the two runs
+    model = model.train().to(DEVICE)
+    x = torch.randn(2, 3, 32, 64, device=DEVICE)
+    grads = []
+    for checkpointing in (False, True):
+        model.zero_grad()
+        model.set_grad_checkpointing(checkpointing)
+        model(x).square().sum().backward()
+        grads.append({name: p.grad.clone() for name, p in model.named_parameters() if p.grad is not None})
+    assert grads[0].keys() == grads[1].keys() and len(grads[0]) > 200
+    for name, grad in grads[0].items():
+        torch.testing.assert_close(grads[1][name], grad, rtol=1e-5, atol=1e-6 * grad.abs().max().item(), msg=name)
+
+
 def test_model_with_triton_stages_matches_default():
     """nalaformer_xt with fused NaLa stages gives the default model's logits and input gradients."""
     torch.manual_seed(0)
