@@ -84,10 +84,13 @@ def _mm(a, b, acc, ACC: tl.constexpr, DOT: tl.constexpr):
         if _INTERPRETED:
             # The interpreter cannot multiply bfloat16 tiles; products of bfloat16-rounded values
             # are exact in float32, so this gives the tensor-core result up to summation order.
-            return tl.dot(a.to(tl.bfloat16).to(ACC), b.to(tl.bfloat16).to(ACC), acc, input_precision='ieee',
-                          out_dtype=ACC)
-        return tl.dot(a.to(tl.bfloat16), b.to(tl.bfloat16), acc, out_dtype=ACC)
-    return tl.dot(a, b, acc, input_precision=DOT, out_dtype=ACC)
+            out = tl.dot(a.to(tl.bfloat16).to(ACC), b.to(tl.bfloat16).to(ACC), acc, input_precision='ieee',
+                         out_dtype=ACC)
+        else:
+            out = tl.dot(a.to(tl.bfloat16), b.to(tl.bfloat16), acc, out_dtype=ACC)
+    else:
+        out = tl.dot(a, b, acc, input_precision=DOT, out_dtype=ACC)
+    return out
 
 
 # ----------------------------------------------------------------------------------------------
@@ -326,24 +329,22 @@ def _backward_query_kernel(
     q_base = q_ptr + (bh // H) * stride_qb + (bh % H) * stride_qh
     g_base = g_ptr + (bh // H) * stride_gb + (bh % H) * stride_gh
     mean_base = mean_ptr + bh * 2 * BLOCK_D
-    q, h1, h2, r1, r2, z, sin, cos = _query_tile(q_base, rope_ptr, mean_base, row0, N, D, stride_qn,
-                                                 alpha, COS, ACC, BLOCK_N, BLOCK_D)
+    q, h1, h2, _, _, z, sin, cos = _query_tile(q_base, rope_ptr, mean_base, row0, N, D, stride_qn,
+                                               alpha, COS, ACC, BLOCK_N, BLOCK_D)
     state_base = state_ptr + bh * 2 * BLOCK_D * DV_PAD
-    g_dot_num = tl.zeros((BLOCK_N,), ACC)
-    dr1 = tl.zeros((BLOCK_N, BLOCK_D), ACC)
-    dr2 = tl.zeros((BLOCK_N, BLOCK_D), ACC)
+    sg1 = tl.zeros((BLOCK_N, BLOCK_D), ACC)  # state g, per half
+    sg2 = tl.zeros((BLOCK_N, BLOCK_D), ACC)
     for c in tl.static_range(DV_PAD // BLOCK_DV):
-        s1 = _state_block(state_base, 0, c, BLOCK_D, BLOCK_DV, DV_PAD, ACC)
-        s2 = _state_block(state_base, 1, c, BLOCK_D, BLOCK_DV, DV_PAD, ACC)
         g = _load_rows(g_base + c * BLOCK_DV, row0, N, D - c * BLOCK_DV, stride_gn, BLOCK_N, BLOCK_DV, ACC)
-        num = _mm(r2, s2, _mm(r1, s1, tl.zeros((BLOCK_N, BLOCK_DV), ACC), ACC, DOT), ACC, DOT)
-        g_dot_num += tl.sum(g * num, axis=1)
-        dr1 = _mm(g, tl.trans(s1), dr1, ACC, DOT)
-        dr2 = _mm(g, tl.trans(s2), dr2, ACC, DOT)
+        sg1 = _mm(g, tl.trans(_state_block(state_base, 0, c, BLOCK_D, BLOCK_DV, DV_PAD, ACC)), sg1, ACC, DOT)
+        sg2 = _mm(g, tl.trans(_state_block(state_base, 1, c, BLOCK_D, BLOCK_DV, DV_PAD, ACC)), sg2, ACC, DOT)
+    t1 = _rope_t(sg1, sin, cos, BLOCK_N, BLOCK_D)  # R^T state g
+    t2 = _rope_t(sg2, sin, cos, BLOCK_N, BLOCK_D)
+    # g . out z = g . (R phi_q)^T state = phi_q . R^T state g: the numerator is not needed again.
     inv_z = (1.0 / z)[:, None]
-    w = g_dot_num[:, None] * inv_z * inv_z
-    d1 = _rope_t(dr1 * inv_z, sin, cos, BLOCK_N, BLOCK_D) - w * _load_vec(mean_base, BLOCK_D, ACC)[None, :]
-    d2 = _rope_t(dr2 * inv_z, sin, cos, BLOCK_N, BLOCK_D) - w * _load_vec(mean_base + BLOCK_D, BLOCK_D, ACC)[None, :]
+    w = tl.sum(h1 * t1 + h2 * t2, axis=1)[:, None] * inv_z * inv_z
+    d1 = t1 * inv_z - w * _load_vec(mean_base, BLOCK_D, ACC)[None, :]
+    d2 = t2 * inv_z - w * _load_vec(mean_base + BLOCK_D, BLOCK_D, ACC)[None, :]
     dq = _query_halves_bwd(q, d1, d2, alpha, COS)
     _store_rows(dq_ptr + bh * N * D, dq, row0, N, D, D, BLOCK_N, BLOCK_D)
     dmean_base = dmean_ptr + (bh * tl.num_programs(1) + tl.program_id(1)) * 2 * BLOCK_D
@@ -397,16 +398,17 @@ def _backward_key_kernel(
     r1 = _rope(h1, sin, cos, BLOCK_N, BLOCK_D)
     r2 = _rope(h2, sin, cos, BLOCK_N, BLOCK_D)
     dstate_base = dstate_ptr + bh * 2 * BLOCK_D * DV_PAD
-    dr1 = tl.zeros((BLOCK_N, BLOCK_D), ACC)
-    dr2 = tl.zeros((BLOCK_N, BLOCK_D), ACC)
     for c in tl.static_range(DV_PAD // BLOCK_DV):
         s1 = _state_block(dstate_base, 0, c, BLOCK_D, BLOCK_DV, DV_PAD, ACC)
         s2 = _state_block(dstate_base, 1, c, BLOCK_D, BLOCK_DV, DV_PAD, ACC)
-        v = _load_rows(v_base + c * BLOCK_DV, row0, N, D - c * BLOCK_DV, stride_vn, BLOCK_N, BLOCK_DV, ACC)
-        dr1 = _mm(v, tl.trans(s1), dr1, ACC, DOT)
-        dr2 = _mm(v, tl.trans(s2), dr2, ACC, DOT)
         dv = _mm(r2, s2, _mm(r1, s1, tl.zeros((BLOCK_N, BLOCK_DV), ACC), ACC, DOT), ACC, DOT) * inv_n
         _store_rows(dv_ptr + bh * N * D + c * BLOCK_DV, dv, row0, N, D - c * BLOCK_DV, D, BLOCK_N, BLOCK_DV)
+    dr1 = tl.zeros((BLOCK_N, BLOCK_D), ACC)
+    dr2 = tl.zeros((BLOCK_N, BLOCK_D), ACC)
+    for c in tl.static_range(DV_PAD // BLOCK_DV):
+        v = _load_rows(v_base + c * BLOCK_DV, row0, N, D - c * BLOCK_DV, stride_vn, BLOCK_N, BLOCK_DV, ACC)
+        dr1 = _mm(v, tl.trans(_state_block(dstate_base, 0, c, BLOCK_D, BLOCK_DV, DV_PAD, ACC)), dr1, ACC, DOT)
+        dr2 = _mm(v, tl.trans(_state_block(dstate_base, 1, c, BLOCK_D, BLOCK_DV, DV_PAD, ACC)), dr2, ACC, DOT)
     dmean_base = dmean_ptr + bh * 2 * BLOCK_D
     d1 = (_rope_t(dr1, sin, cos, BLOCK_N, BLOCK_D) + _load_vec(dmean_base, BLOCK_D, ACC)[None, :]) * inv_n
     d2 = (_rope_t(dr2, sin, cos, BLOCK_N, BLOCK_D) + _load_vec(dmean_base + BLOCK_D, BLOCK_D, ACC)[None, :]) * inv_n

@@ -10,7 +10,7 @@ from typing import Iterator, Optional, Tuple
 
 __all__ = ['DOT_MODES', 'Tuning', 'current_tuning', 'feature_blocks', 'use_tuning']
 
-DOT_MODES = ('ieee', 'tf32', 'bf16')
+DOT_MODES = ('ieee', 'tf32x3', 'tf32', 'bf16')
 
 
 @dataclass(frozen=True)
@@ -20,14 +20,16 @@ class Tuning:
     block_n: tokens per tile (a power of two >= 16). num_warps: warps per program. num_stages:
     software-pipelining depth of the token loops (compiled mode only).
     dot: operands of the tile products, which always accumulate in float32: 'ieee' (float32 on
-    the FMA units), 'tf32' (float32 rounded to TF32 on tensor cores) or 'bf16' (rounded to
-    bfloat16 on tensor cores). float64 inputs always use 'ieee'.
+    the FMA units), 'tf32x3' (three TF32 tensor-core products per product, about float32's
+    accuracy), 'tf32' (float32 rounded to TF32 on tensor cores) or 'bf16' (rounded to bfloat16
+    on tensor cores). TF32 needs sm_80 or newer, bf16 tensor cores too. float64 inputs always
+    use 'ieee'.
     reduction_programs: programs wanted for each token reduction (the state and its gradient),
     which split the tokens of a head into ranges summed afterwards; None: two per SM on a GPU,
     one per head and value block otherwise.
     """
     block_n: int = 16
-    num_warps: int = 4
+    num_warps: int = 8
     num_stages: int = 3
     dot: str = 'ieee'
     reduction_programs: Optional[int] = None
@@ -45,9 +47,12 @@ class Tuning:
             raise ValueError(f'reduction_programs must be None or >= 1, got {self.reduction_programs}')
 
 
-# Small token blocks by default: the backward kernels keep ~9 (BLOCK_N, BLOCK_D) fp32 tiles live,
-# and at BLOCK_N = 64 they spilled registers (H200, d = 64, 'ieee': forward + backward 22.5 ms at
-# BLOCK_N = 64, 10.2 ms at 32, 3.4 ms at 16, for 2 heads x 82,944 tokens).
+# Small token blocks and 8 warps by default. Time grew with the block (H200, d = 64, 'ieee', 4
+# warps: forward + backward 22.5 / 10.2 / 3.4 ms at BLOCK_N = 64 / 32 / 16 for 2 heads x 82,944
+# tokens), and spills explain it: compiled for sm_90 (tools/analysis/kernel_resources.py), the
+# five kernels spill 7.0 KB per thread at d = 64 with 4 warps and 28 B with 8 ('ieee', bf16
+# inputs); none at d = 32. At d = 96 (tiles padded to 128) every tuning spills, least 'bf16' or
+# 'tf32' with 8 warps (1.3 KB, against 20 KB for 'ieee').
 _current = Tuning()
 
 

@@ -78,12 +78,12 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     tuning.add_argument('--block-n', type=int, help='tokens per tile')
     tuning.add_argument('--num-warps', type=int)
     tuning.add_argument('--num-stages', type=int)
-    tuning.add_argument('--dot', choices=('ieee', 'tf32', 'bf16'), help='operands of the tile products')
+    tuning.add_argument('--dot', help="operands of the tile products: 'ieee', 'tf32x3', 'tf32' or 'bf16'")
     parser.add_argument('--breakdown', action='store_true', help='also time each fused launcher alone')
     parser.add_argument('--sweep', action='store_true', help='also time the fused kernel over a tuning grid')
-    parser.add_argument('--sweep-block-n', type=int, nargs='+', default=[16, 32, 64])
+    parser.add_argument('--sweep-block-n', type=int, nargs='+', default=[16, 32])
     parser.add_argument('--sweep-warps', type=int, nargs='+', default=[4, 8])
-    parser.add_argument('--sweep-dot', nargs='+', default=['ieee', 'tf32', 'bf16'], choices=('ieee', 'tf32', 'bf16'))
+    parser.add_argument('--sweep-dot', nargs='+', help='default: every dot mode')
     args = parser.parse_args(argv)
     if args.tiny:
         args.sides, args.head_dim, args.warmup, args.repeats = list(TINY_SIDES), 32, 0, 1
@@ -229,9 +229,9 @@ def kernel_breakdown(args: argparse.Namespace, side: int) -> Dict[str, object]:
 
 def tuning_sweep(args: argparse.Namespace, side: int, peak_gbps) -> List[Dict[str, object]]:
     """Fused-kernel rows for every tuning of the sweep grid, each row tagged with its tuning."""
-    from nalaformer.kernels.tuning import use_tuning
+    from nalaformer.kernels.tuning import DOT_MODES, use_tuning
     rows = []
-    for block_n, warps, dot in itertools.product(args.sweep_block_n, args.sweep_warps, args.sweep_dot):
+    for block_n, warps, dot in itertools.product(args.sweep_block_n, args.sweep_warps, args.sweep_dot or DOT_MODES):
         with use_tuning(block_n=block_n, num_warps=warps, dot=dot) as tune:
             for mode in MODES:
                 row = measure(args, 'nala_triton', side, mode, peak_gbps)
