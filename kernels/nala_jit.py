@@ -399,10 +399,11 @@ def _backward_key_kernel(
     r2 = _rope(h2, sin, cos, BLOCK_N, BLOCK_D)
     dstate_base = dstate_ptr + bh * 2 * BLOCK_D * DV_PAD
     for c in tl.static_range(DV_PAD // BLOCK_DV):
-        s1 = _state_block(dstate_base, 0, c, BLOCK_D, BLOCK_DV, DV_PAD, ACC)
-        s2 = _state_block(dstate_base, 1, c, BLOCK_D, BLOCK_DV, DV_PAD, ACC)
-        dv = _mm(r2, s2, _mm(r1, s1, tl.zeros((BLOCK_N, BLOCK_DV), ACC), ACC, DOT), ACC, DOT) * inv_n
-        _store_rows(dv_ptr + bh * N * D + c * BLOCK_DV, dv, row0, N, D - c * BLOCK_DV, D, BLOCK_N, BLOCK_DV)
+        dv = _mm(r1, _state_block(dstate_base, 0, c, BLOCK_D, BLOCK_DV, DV_PAD, ACC),
+                 tl.zeros((BLOCK_N, BLOCK_DV), ACC), ACC, DOT)
+        dv = _mm(r2, _state_block(dstate_base, 1, c, BLOCK_D, BLOCK_DV, DV_PAD, ACC), dv, ACC, DOT)
+        _store_rows(dv_ptr + bh * N * D + c * BLOCK_DV, dv * inv_n, row0, N, D - c * BLOCK_DV, D, BLOCK_N,
+                    BLOCK_DV)
     dr1 = tl.zeros((BLOCK_N, BLOCK_D), ACC)
     dr2 = tl.zeros((BLOCK_N, BLOCK_D), ACC)
     for c in tl.static_range(DV_PAD // BLOCK_DV):
