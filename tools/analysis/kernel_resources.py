@@ -3,8 +3,8 @@
 Triton compiles each kernel ahead of time for a target architecture (default sm_90, the H100 /
 H200) on any machine; ptxas then reports the registers per thread, spill stores and loads, and
 the stack of the compiled code. From these and the shared memory the tool estimates how many
-programs fit on one SM at once (65,536 registers, 64 warps and 228 KB of shared memory per SM on
-sm_80 / sm_90). No timing: use ``benchmark_kernels.py`` on a GPU for that. Spills mean the
+programs fit on one SM at once (65,536 registers, 64 warps and the architecture's shared memory
+per SM: 164 KB on sm_80, 100 KB on sm_86 / sm_89, 228 KB on sm_90). No timing: use ``benchmark_kernels.py`` on a GPU for that. Spills mean the
 kernel keeps tiles in local memory (global memory behind L1), which costs bandwidth and latency.
 
     python tools/analysis/kernel_resources.py                                 # d = 64, bf16, a tuning grid
@@ -38,7 +38,8 @@ DTYPES = {'float32': (torch.float32, 'fp32'), 'float16': (torch.float16, 'fp16')
 # Pointers to the attention inputs and their gradients have the input dtype; the output, the
 # output gradient (cast before the backward), rope table and state buffers are float32.
 INPUT_POINTERS = ('q_ptr', 'k_ptr', 'v_ptr', 'dq_ptr', 'dk_ptr', 'dv_ptr')
-SM_REGISTERS, SM_WARPS, SM_SHARED = 65536, 64, 228 * 1024
+SM_REGISTERS, SM_WARPS = 65536, 64
+SM_SHARED_KB = {80: 164, 86: 100, 89: 100, 90: 228}
 
 
 def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
@@ -88,12 +89,12 @@ def ptxas_usage(ptx: str, arch: int) -> Dict[str, int]:
             'spill_loads': number(r'(\d+) bytes spill loads'), 'stack': number(r'(\d+) bytes stack frame')}
 
 
-def programs_per_sm(registers: int, warps: int, shared: int) -> int:
+def programs_per_sm(registers: int, warps: int, shared: int, arch: int) -> int:
     """Programs one SM holds at once, limited by registers, warps and shared memory."""
     per_program_registers = max(registers, 1) * 32 * warps
     limits = [SM_REGISTERS // per_program_registers, SM_WARPS // warps]
     if shared:
-        limits.append(SM_SHARED // shared)
+        limits.append(SM_SHARED_KB.get(arch, 228) * 1024 // shared)
     return min(limits)
 
 
@@ -123,7 +124,7 @@ def measure(args: argparse.Namespace) -> List[Dict[str, object]]:
             else:
                 usage = ptxas_usage(compiled.asm['ptx'], args.arch)
                 row.update(status='ok', shared=compiled.metadata.shared, **usage,
-                           programs_per_sm=programs_per_sm(usage['registers'], warps, compiled.metadata.shared))
+                           programs_per_sm=programs_per_sm(usage['registers'], warps, compiled.metadata.shared, args.arch))
             rows.append(row)
     return rows
 
