@@ -4,8 +4,9 @@ Triton compiles each kernel ahead of time for a target architecture (default sm_
 H200) on any machine; ptxas then reports the registers per thread, spill stores and loads, and
 the stack of the compiled code. From these and the shared memory the tool estimates how many
 programs fit on one SM at once (65,536 registers, 64 warps and the architecture's shared memory
-per SM: 164 KB on sm_80, 100 KB on sm_86 / sm_89, 228 KB on sm_90). No timing: use ``benchmark_kernels.py`` on a GPU for that. Spills mean the
-kernel keeps tiles in local memory (global memory behind L1), which costs bandwidth and latency.
+per SM: 164 KB on sm_80, 100 KB on sm_86 / sm_89, 228 KB on sm_90). No timing: use
+``benchmark_kernels.py`` on a GPU for that. Spills mean the kernel keeps tiles in local memory
+(global memory behind L1), which costs bandwidth and latency.
 
     python tools/analysis/kernel_resources.py                                 # d = 64, bf16, a tuning grid
     python tools/analysis/kernel_resources.py --head-dims 32 64 96 --dot ieee bf16 --out-dir runs/resources
@@ -123,8 +124,9 @@ def measure(args: argparse.Namespace) -> List[Dict[str, object]]:
                 row['status'] = f'{type(err).__name__}: {str(err).splitlines()[0][:200]}'
             else:
                 usage = ptxas_usage(compiled.asm['ptx'], args.arch)
-                row.update(status='ok', shared=compiled.metadata.shared, **usage,
-                           programs_per_sm=programs_per_sm(usage['registers'], warps, compiled.metadata.shared, args.arch))
+                shared = compiled.metadata.shared
+                row.update(status='ok', shared=shared, **usage,
+                           programs_per_sm=programs_per_sm(usage['registers'], warps, shared, args.arch))
             rows.append(row)
     return rows
 
