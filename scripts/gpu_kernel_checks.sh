@@ -7,6 +7,8 @@
 #
 # Run from the repository root on a machine with a CUDA GPU whose python3 has torch, triton,
 # timm, pytest, matplotlib and tqdm (the package itself is installed here without dependencies).
+# Wheels in .device_wheels/ (git-ignored) are installed first, for a machine without network
+# whose timm is too old:  pip download timm==1.0.31 --no-deps --only-binary :all: -d .device_wheels
 # Writes run.log and three folders with benchmark_kernels.{json,png} to $OUT.
 set -uo pipefail
 OUT=${OUT:-runs/gpu_kernels}
@@ -18,7 +20,16 @@ BENCH=(python3 tools/analysis/benchmark_kernels.py --device cuda --dtype bfloat1
 step() { echo "== $* ($(date +%T))" | tee -a "$LOG"; }
 
 step install
-python3 -m pip install -q --no-deps --no-build-isolation -e . 2>&1 | tee -a "$LOG" || exit 1
+if compgen -G '.device_wheels/*.whl' >/dev/null; then
+    python3 -m pip install -q --no-deps .device_wheels/*.whl 2>&1 | tee -a "$LOG"
+fi
+if ! python3 -m pip install -q --no-deps --no-build-isolation -e . >>"$LOG" 2>&1; then
+    # No setuptools there: the source tree as it is, with kernels/ where the package expects it.
+    ln -sfn ../kernels nalaformer/kernels
+    export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
+fi
+python3 -c 'import nalaformer.kernels.nala_triton, timm; print("nalaformer ok, timm", timm.__version__)' 2>&1 \
+    | tee -a "$LOG" | grep -q 'nalaformer ok' || exit 1
 nvidia-smi --query-gpu=name,memory.total,clocks.max.sm,clocks.max.mem --format=csv 2>&1 | tee -a "$LOG"
 python3 -c 'import torch, triton; print("torch", torch.__version__, "triton", triton.__version__)' 2>&1 | tee -a "$LOG"
 
