@@ -8,7 +8,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from typing import Iterator, Optional, Tuple
 
-__all__ = ['DOT_MODES', 'Tuning', 'current_tuning', 'feature_blocks', 'use_tuning']
+__all__ = ['DOT_MODES', 'Tuning', 'check_dot_support', 'current_tuning', 'feature_blocks', 'use_tuning']
 
 DOT_MODES = ('ieee', 'tf32x3', 'tf32', 'bf16')
 
@@ -85,3 +85,11 @@ def feature_blocks(head_dim: int) -> Tuple[int, int, int]:
     block_d = max(16, 1 << (head_dim - 1).bit_length())
     block_dv = min(block_d, 64)
     return block_d, block_dv, -(-head_dim // block_dv) * block_dv
+
+
+def check_dot_support(dot: str, capability: Tuple[int, int]) -> None:
+    """Raise a clear error where a GPU of this compute capability has no tensor cores for ``dot``."""
+    if dot != 'ieee' and tuple(capability) < (8, 0):
+        raise ValueError(
+            f"dot={dot!r} needs TF32 / bfloat16 tensor cores (compute capability 8.0 or newer), but this GPU is "
+            f"sm_{capability[0]}{capability[1]}: use dot='ieee'")

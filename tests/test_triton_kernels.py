@@ -218,6 +218,18 @@ def test_kernel_tuning_from_model_kernel_kwargs():
         build_attention_kernel('nala_triton', tuning=dict(block=32))
 
 
+def test_tensor_core_dots_need_sm80():
+    """A tensor-core tuning on an older GPU fails with a message naming the GPU and the way out."""
+    from nalaformer.kernels.tuning import check_dot_support
+    for dot in ('ieee', 'tf32x3', 'tf32', 'bf16'):
+        check_dot_support(dot, (9, 0))
+        check_dot_support(dot, (8, 0))
+    check_dot_support('ieee', (7, 5))
+    for dot in ('tf32x3', 'tf32', 'bf16'):
+        with pytest.raises(ValueError, match=rf"dot='{dot}' needs .* this GPU is sm_75: use dot='ieee'"):
+            check_dot_support(dot, (7, 5))
+
+
 @pytest.mark.parametrize('field,value,message', [
     ('block_n', 24, 'power of two'), ('block_n', 8, 'power of two'), ('num_warps', 3, 'num_warps'),
     ('num_stages', 0, 'num_stages'),
