@@ -22,18 +22,19 @@ from typing import Optional, Tuple
 import torch
 import triton
 import triton.language as tl
-from triton.runtime.interpreter import InterpretedFunction
 
 from nalaformer.ops.nala import DIRECTION_EPS, LAMBDA, NORMALISER_EPS, TAU
 
+from .nala_triton import INTERPRETED
 from .tuning import Tuning, feature_blocks
 
-# True when the kernels below were built for the Triton interpreter (CPU tensors work).
-INTERPRETED = triton.knobs.runtime.interpret
-if INTERPRETED != isinstance(tl.zeros, InterpretedFunction):
+# The @triton.jit below builds interpreted kernels when TRITON_INTERPRET is set now; triton's own
+# language functions were built for the mode of its first import (INTERPRETED): they must agree.
+if triton.knobs.runtime.interpret != INTERPRETED:
     raise RuntimeError(
-        f'TRITON_INTERPRET={INTERPRETED:d} now, but triton was imported with the other setting: set it before '
-        'triton is first imported (importing timm or nalaformer imports it; tests set it in tests/conftest.py)')
+        f'TRITON_INTERPRET={triton.knobs.runtime.interpret:d} now, but triton was imported with the other setting: '
+        'set it before triton is first imported (importing timm or nalaformer imports it; tests set it in '
+        'tests/conftest.py)')
 _LAMBDA = tl.constexpr(LAMBDA)
 _TAU = tl.constexpr(TAU)
 _NORM_EPS = tl.constexpr(NORMALISER_EPS)
@@ -62,6 +63,21 @@ def _store_rows(base, tile, row0, n_rows, n_cols, stride_n, BLOCK_N: tl.constexp
     cols = tl.arange(0, BLOCK_C)
     mask = (rows[:, None] < n_rows) & (cols[None, :] < n_cols)
     tl.store(base + rows[:, None] * stride_n + cols[None, :], tile.to(base.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def _head(ptr, bh, H, stride_b, stride_h):
+    """Pointer to the (batch, head) = divmod(bh, H) slice of a (B, H, ...) strided tensor."""
+    return ptr + (bh // H) * stride_b + (bh % H) * stride_h
+
+
+@triton.jit
+def _store_partial_state(base, part, vblock, acc1, acc2, BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr,
+                         DV_PAD: tl.constexpr):
+    """Store value block ``vblock`` of both halves of partial state ``part`` in a (parts, 2, BLOCK_D, DV_PAD) buffer."""
+    base += part * 2 * BLOCK_D * DV_PAD + vblock * BLOCK_DV
+    _store_rows(base, acc1, 0, BLOCK_D, BLOCK_DV, DV_PAD, BLOCK_D, BLOCK_DV)
+    _store_rows(base + BLOCK_D * DV_PAD, acc2, 0, BLOCK_D, BLOCK_DV, DV_PAD, BLOCK_D, BLOCK_DV)
 
 
 @triton.jit
@@ -268,8 +284,8 @@ def _forward_state_kernel(
     split = tl.program_id(1)
     vblock = tl.program_id(2)
     inv_sqrt_n = 1.0 / tl.sqrt(N.to(ACC))
-    k_base = k_ptr + (bh // H) * stride_kb + (bh % H) * stride_kh
-    v_base = v_ptr + (bh // H) * stride_vb + (bh % H) * stride_vh + vblock * BLOCK_DV
+    k_base = _head(k_ptr, bh, H, stride_kb, stride_kh)
+    v_base = _head(v_ptr, bh, H, stride_vb, stride_vh) + vblock * BLOCK_DV
     acc1 = tl.zeros((BLOCK_D, BLOCK_DV), ACC)
     acc2 = tl.zeros((BLOCK_D, BLOCK_DV), ACC)
     sum1 = tl.zeros((BLOCK_D,), ACC)
@@ -285,9 +301,7 @@ def _forward_state_kernel(
         acc1 = _mm(tl.trans(_rope(h1, sin, cos, BLOCK_N, BLOCK_D) * inv_sqrt_n), v, acc1, ACC, DOT)
         acc2 = _mm(tl.trans(_rope(h2, sin, cos, BLOCK_N, BLOCK_D) * inv_sqrt_n), v, acc2, ACC, DOT)
     part = bh * tl.num_programs(1) + split
-    state_base = state_ptr + part * 2 * BLOCK_D * DV_PAD + vblock * BLOCK_DV
-    _store_rows(state_base, acc1, 0, BLOCK_D, BLOCK_DV, DV_PAD, BLOCK_D, BLOCK_DV)
-    _store_rows(state_base + BLOCK_D * DV_PAD, acc2, 0, BLOCK_D, BLOCK_DV, DV_PAD, BLOCK_D, BLOCK_DV)
+    _store_partial_state(state_ptr, part, vblock, acc1, acc2, BLOCK_D, BLOCK_DV, DV_PAD)
     if vblock == 0:
         offs = tl.arange(0, BLOCK_D)
         tl.store(ksum_ptr + part * 2 * BLOCK_D + offs, sum1)
@@ -302,7 +316,7 @@ def _forward_output_kernel(
     """Pass 2, grid (B*H, token blocks): out rows = R phi_q . state / (phi_q . mean + eps)."""
     bh = tl.program_id(0).to(tl.int64)  # offsets past 2^31 elements
     row0 = tl.program_id(1) * BLOCK_N
-    q_base = q_ptr + (bh // H) * stride_qb + (bh % H) * stride_qh
+    q_base = _head(q_ptr, bh, H, stride_qb, stride_qh)
     _, _, _, r1, r2, z, _, _ = _query_tile(q_base, rope_ptr, mean_ptr + bh * 2 * BLOCK_D, row0, N, D, stride_qn,
                                            alpha, COS, ACC, BLOCK_N, BLOCK_D)
     state_base = state_ptr + bh * 2 * BLOCK_D * DV_PAD
@@ -326,8 +340,8 @@ def _backward_query_kernel(
     """
     bh = tl.program_id(0).to(tl.int64)  # offsets past 2^31 elements
     row0 = tl.program_id(1) * BLOCK_N
-    q_base = q_ptr + (bh // H) * stride_qb + (bh % H) * stride_qh
-    g_base = g_ptr + (bh // H) * stride_gb + (bh % H) * stride_gh
+    q_base = _head(q_ptr, bh, H, stride_qb, stride_qh)
+    g_base = _head(g_ptr, bh, H, stride_gb, stride_gh)
     mean_base = mean_ptr + bh * 2 * BLOCK_D
     q, h1, h2, _, _, z, sin, cos = _query_tile(q_base, rope_ptr, mean_base, row0, N, D, stride_qn,
                                                alpha, COS, ACC, BLOCK_N, BLOCK_D)
@@ -363,8 +377,8 @@ def _backward_state_kernel(
     bh = tl.program_id(0).to(tl.int64)  # offsets past 2^31 elements
     split = tl.program_id(1)
     vblock = tl.program_id(2)
-    q_base = q_ptr + (bh // H) * stride_qb + (bh % H) * stride_qh
-    g_base = g_ptr + (bh // H) * stride_gb + (bh % H) * stride_gh + vblock * BLOCK_DV
+    q_base = _head(q_ptr, bh, H, stride_qb, stride_qh)
+    g_base = _head(g_ptr, bh, H, stride_gb, stride_gh) + vblock * BLOCK_DV
     acc1 = tl.zeros((BLOCK_D, BLOCK_DV), ACC)
     acc2 = tl.zeros((BLOCK_D, BLOCK_DV), ACC)
     for i in range(blocks_per_split):
@@ -374,10 +388,7 @@ def _backward_state_kernel(
         g = _load_rows(g_base, row0, N, D - vblock * BLOCK_DV, stride_gn, BLOCK_N, BLOCK_DV, ACC) / z[:, None]
         acc1 = _mm(tl.trans(r1), g, acc1, ACC, DOT)
         acc2 = _mm(tl.trans(r2), g, acc2, ACC, DOT)
-    part = bh * tl.num_programs(1) + split
-    base = dstate_ptr + part * 2 * BLOCK_D * DV_PAD + vblock * BLOCK_DV
-    _store_rows(base, acc1, 0, BLOCK_D, BLOCK_DV, DV_PAD, BLOCK_D, BLOCK_DV)
-    _store_rows(base + BLOCK_D * DV_PAD, acc2, 0, BLOCK_D, BLOCK_DV, DV_PAD, BLOCK_D, BLOCK_DV)
+    _store_partial_state(dstate_ptr, bh * tl.num_programs(1) + split, vblock, acc1, acc2, BLOCK_D, BLOCK_DV, DV_PAD)
 
 
 @triton.jit(do_not_specialize=['N'])
@@ -390,8 +401,8 @@ def _backward_key_kernel(
     bh = tl.program_id(0).to(tl.int64)  # offsets past 2^31 elements
     row0 = tl.program_id(1) * BLOCK_N
     inv_n = 1.0 / N.to(ACC)
-    k_base = k_ptr + (bh // H) * stride_kb + (bh % H) * stride_kh
-    v_base = v_ptr + (bh // H) * stride_vb + (bh % H) * stride_vh
+    k_base = _head(k_ptr, bh, H, stride_kb, stride_kh)
+    v_base = _head(v_ptr, bh, H, stride_vb, stride_vh)
     k = _load_rows(k_base, row0, N, D, stride_kn, BLOCK_N, BLOCK_D, ACC)
     sin, cos = _load_rope(rope_ptr, row0, N, D, BLOCK_N, BLOCK_D, ACC)
     h1, h2 = _key_halves(k, alpha, COS)
