@@ -26,7 +26,7 @@ import triton.language as tl
 from nalaformer.ops.nala import DIRECTION_EPS, LAMBDA, NORMALISER_EPS, TAU
 
 from .nala_triton import INTERPRETED
-from .tuning import Tuning, feature_blocks
+from .tuning import Tuning, feature_blocks, resolve_dot
 
 # The @triton.jit below builds interpreted kernels when TRITON_INTERPRET is set now; triton's own
 # language functions were built for the mode of its first import (INTERPRETED): they must agree.
@@ -47,6 +47,18 @@ _INTERPRETED = tl.constexpr(INTERPRETED)
 # Tile helpers
 # ----------------------------------------------------------------------------------------------
 @triton.jit
+def _rounded(x, DROPPED: tl.constexpr):
+    """float32 x rounded to nearest (ties to even) without its low DROPPED mantissa bits, kept in float32.
+
+    DROPPED = 16: bfloat16, 13: TF32. For the interpreter, whose own float32 -> bfloat16
+    conversion truncates and which has no TF32; a GPU rounds.
+    """
+    bits = x.to(tl.uint32, bitcast=True)
+    bits = (bits + ((1 << (DROPPED - 1)) - 1) + ((bits >> DROPPED) & 1)) & (0xFFFFFFFF ^ ((1 << DROPPED) - 1))
+    return bits.to(tl.float32, bitcast=True)
+
+
+@triton.jit
 def _load_rows(base, row0, n_rows, n_cols, stride_n, BLOCK_N: tl.constexpr, BLOCK_C: tl.constexpr,
                ACC: tl.constexpr):
     """(BLOCK_N, BLOCK_C) tile at rows row0.. of a (n_rows, n_cols) row-major view, zero padded."""
@@ -62,6 +74,8 @@ def _store_rows(base, tile, row0, n_rows, n_cols, stride_n, BLOCK_N: tl.constexp
     rows = row0 + tl.arange(0, BLOCK_N)
     cols = tl.arange(0, BLOCK_C)
     mask = (rows[:, None] < n_rows) & (cols[None, :] < n_cols)
+    if _INTERPRETED and base.dtype.element_ty == tl.bfloat16:
+        tile = _rounded(tile, 16)  # exact in bfloat16 now: stored as a GPU would round it
     tl.store(base + rows[:, None] * stride_n + cols[None, :], tile.to(base.dtype.element_ty), mask=mask)
 
 
@@ -95,15 +109,14 @@ def _load_vec(base, BLOCK_D: tl.constexpr, ACC: tl.constexpr):
 
 @triton.jit
 def _mm(a, b, acc, ACC: tl.constexpr, DOT: tl.constexpr):
-    """acc + a @ b, accumulated in ACC, with operands as the ``dot`` tuning says (see :class:`Tuning`)."""
-    if DOT == 'bf16':
-        if _INTERPRETED:
-            # The interpreter cannot multiply bfloat16 tiles; products of bfloat16-rounded values
-            # are exact in float32, so this gives the tensor-core result up to summation order.
-            out = tl.dot(a.to(tl.bfloat16).to(ACC), b.to(tl.bfloat16).to(ACC), acc, input_precision='ieee',
-                         out_dtype=ACC)
-        else:
-            out = tl.dot(a.to(tl.bfloat16), b.to(tl.bfloat16), acc, out_dtype=ACC)
+    """acc + a @ b, accumulated in ACC, with operands as the resolved ``dot`` tuning says (see :class:`Tuning`)."""
+    if _INTERPRETED and (DOT == 'bf16' or DOT == 'tf32'):
+        # The interpreter has neither bfloat16 tile products nor TF32; products of the rounded
+        # values are exact in float32, so this gives the tensor-core result up to summation order.
+        dropped: tl.constexpr = 16 if DOT == 'bf16' else 13
+        out = tl.dot(_rounded(a, dropped), _rounded(b, dropped), acc, input_precision='ieee', out_dtype=ACC)
+    elif DOT == 'bf16':
+        out = tl.dot(a.to(tl.bfloat16), b.to(tl.bfloat16), acc, out_dtype=ACC)
     else:
         out = tl.dot(a, b, acc, input_precision=DOT, out_dtype=ACC)
     return out
@@ -446,8 +459,10 @@ class _Launch:
         self.acc_dtype = torch.float64 if wide else torch.float32
         self.device = x.device
         self.alpha = 0.0 if alpha is None else float(alpha)
+        on_gpu = x.is_cuda and not INTERPRETED
+        self.dot = resolve_dot(tune.dot, x.dtype, torch.cuda.get_device_capability(x.device) if on_gpu else None)
         self.meta = dict(
-            COS=alpha is not None, ACC=tl.float64 if wide else tl.float32, DOT='ieee' if wide else tune.dot,
+            COS=alpha is not None, ACC=tl.float64 if wide else tl.float32, DOT=self.dot,
             BLOCK_N=self.block_n, BLOCK_D=self.block_d, BLOCK_DV=self.block_dv, DV_PAD=self.dv_pad,
             num_warps=tune.num_warps, num_stages=tune.num_stages)
 

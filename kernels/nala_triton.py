@@ -27,10 +27,10 @@ from nalaformer.ops.nala import (
     AttentionKernel, linear_attention, nala_cos_feature_maps, nala_feature_maps, register_attention_kernel,
 )
 
-from .tuning import Tuning, check_dot_support, current_tuning, feature_blocks, use_tuning
+from .tuning import Tuning, current_tuning, feature_blocks, resolve_dot, use_tuning
 
 __all__ = ['interpreting', 'nala_attention', 'nala_cos_attention', 'triton_supported', 'Tuning', 'current_tuning',
-           'use_tuning', 'NaLaTritonKernel', 'NaLaCosTritonKernel']
+           'resolve_dot', 'use_tuning', 'NaLaTritonKernel', 'NaLaCosTritonKernel']
 
 # Triton wraps its language functions for the interpreter when it is first imported with
 # TRITON_INTERPRET=1; the kernels (nala_jit) check that they are built in the same mode.
@@ -82,19 +82,12 @@ def _tuning_args(tune: Tuning) -> tuple:
     return tune.block_n, tune.num_warps, tune.num_stages, tune.dot, tune.reduction_programs
 
 
-def _checked_tuning(x: torch.Tensor, *fields) -> Tuning:
-    tune = Tuning(*fields)
-    if x.is_cuda:
-        check_dot_support(tune.dot, torch.cuda.get_device_capability(x.device))
-    return tune
-
-
 @torch.library.custom_op('nalaformer::nala_attention_forward', mutates_args=())
 def _forward_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, rope: torch.Tensor, alpha: Optional[float],
                 block_n: int, num_warps: int, num_stages: int, dot: str,
                 reduction_programs: Optional[int]) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Two passes over the tokens: (out (B, H, N, d), state (B*H, 2, BLOCK_D, DV_PAD), mean (B*H, 2, BLOCK_D))."""
-    tune = _checked_tuning(q, block_n, num_warps, num_stages, dot, reduction_programs)
+    tune = Tuning(block_n, num_warps, num_stages, dot, reduction_programs)
     q, k, v = (_head_dim_contiguous(x) for x in (q, k, v))
     rope = rope.to(_compute_dtype(q)).contiguous()
     jit = _jit()
@@ -117,7 +110,7 @@ def _backward_op(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.
                  num_stages: int, dot: str,
                  reduction_programs: Optional[int]) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Three passes, recomputing the feature maps: (dq, dk, dv) like q, k, v."""
-    tune = _checked_tuning(q, block_n, num_warps, num_stages, dot, reduction_programs)
+    tune = Tuning(block_n, num_warps, num_stages, dot, reduction_programs)
     q, k, v = (_head_dim_contiguous(x) for x in (q, k, v))
     rope = rope.to(state.dtype).contiguous()
     dout = _head_dim_contiguous(dout.to(state.dtype))

@@ -1,5 +1,6 @@
 """Launch parameters of the fused NaLa kernels: :class:`Tuning`, the default, :func:`use_tuning`,
-and the tile sizes that follow from the head dim (:func:`feature_blocks`).
+the operands 'auto' stands for (:func:`resolve_dot`) and the tile sizes that follow from the head
+dim (:func:`feature_blocks`).
 
 Free of triton imports, so that tunings can be built and checked (for instance from a model's
 ``kernel_kwargs``) before the kernels are compiled.
@@ -8,8 +9,12 @@ from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from typing import Iterator, Optional, Tuple
 
-__all__ = ['DOT_MODES', 'Tuning', 'check_dot_support', 'current_tuning', 'feature_blocks', 'use_tuning']
+import torch
 
+__all__ = ['DOT_MODES', 'Tuning', 'check_dot_support', 'current_tuning', 'feature_blocks',
+           'float32_matmul_uses_tf32', 'resolve_dot', 'use_tuning']
+
+# Operands of the tile products; a Tuning may also say 'auto' (see resolve_dot).
 DOT_MODES = ('ieee', 'tf32x3', 'tf32', 'bf16')
 
 
@@ -21,9 +26,10 @@ class Tuning:
     software-pipelining depth of the token loops (compiled mode only).
     dot: operands of the tile products, which always accumulate in float32: 'ieee' (float32 on
     the FMA units), 'tf32x3' (three TF32 tensor-core products per product, about float32's
-    accuracy), 'tf32' (float32 rounded to TF32 on tensor cores) or 'bf16' (rounded to bfloat16
-    on tensor cores). TF32 needs sm_80 or newer, bf16 tensor cores too. float64 inputs always
-    use 'ieee'.
+    accuracy), 'tf32' (float32 rounded to TF32 on tensor cores), 'bf16' (rounded to bfloat16
+    on tensor cores), or 'auto' (the default): what PyTorch's own matmul would use for the
+    inputs, see :func:`resolve_dot`. TF32 needs sm_80 or newer, bf16 tensor cores too. float64
+    inputs always use 'ieee'.
     reduction_programs: programs wanted for each token reduction (the state and its gradient),
     which split the tokens of a head into ranges summed afterwards; None: two per SM on a GPU,
     one per head and value block otherwise.
@@ -31,7 +37,7 @@ class Tuning:
     block_n: int = 16
     num_warps: int = 8
     num_stages: int = 3
-    dot: str = 'ieee'
+    dot: str = 'auto'
     reduction_programs: Optional[int] = None
 
     def __post_init__(self):
@@ -41,8 +47,8 @@ class Tuning:
             raise ValueError(f'num_warps must be 1, 2, 4, 8 or 16, got {self.num_warps}')
         if self.num_stages < 1:
             raise ValueError(f'num_stages must be >= 1, got {self.num_stages}')
-        if self.dot not in DOT_MODES:
-            raise ValueError(f'dot must be one of {DOT_MODES}, got {self.dot!r}')
+        if self.dot not in ('auto',) + DOT_MODES:
+            raise ValueError(f"dot must be 'auto' or one of {DOT_MODES}, got {self.dot!r}")
         if self.reduction_programs is not None and self.reduction_programs < 1:
             raise ValueError(f'reduction_programs must be None or >= 1, got {self.reduction_programs}')
 
@@ -52,7 +58,8 @@ class Tuning:
 # tokens), and spills explain it: compiled for sm_90 (tools/analysis/kernel_resources.py), the
 # five kernels spill 7.2 KB per thread at d = 64 with 4 warps and 28 B with 8 ('ieee', bf16
 # inputs); none at d = 32. At d = 96 (tiles padded to 128) every tuning spills, least 'bf16' or
-# 'tf32' with 8 warps (1.2-1.3 KB, against 19 KB for 'ieee').
+# 'tf32' with 8 warps (1.2-1.3 KB, against 19 KB for 'ieee'). The operands follow the inputs
+# ('auto'): only single-pass tensor-core products can come near the bandwidth bound (README).
 _current = Tuning()
 
 
@@ -85,6 +92,44 @@ def feature_blocks(head_dim: int) -> Tuple[int, int, int]:
     block_d = max(16, 1 << (head_dim - 1).bit_length())
     block_dv = min(block_d, 64)
     return block_d, block_dv, -(-head_dim // block_dv) * block_dv
+
+
+def float32_matmul_uses_tf32() -> bool:
+    """Whether PyTorch multiplies float32 CUDA matrices on TF32 tensor cores now.
+
+    Reads the new-style setting, which the legacy ones (``torch.set_float32_matmul_precision``,
+    ``torch.backends.cuda.matmul.allow_tf32``) also set; reading the legacy ones can raise once
+    both styles were used.
+    """
+    for setting in (torch.backends.cuda.matmul.fp32_precision, torch.backends.fp32_precision):
+        if setting != 'none':
+            return setting == 'tf32'
+    return False
+
+
+def resolve_dot(dot: str, dtype: torch.dtype, capability: Optional[Tuple[int, int]]) -> str:
+    """The tile-product operands for inputs of ``dtype`` on a GPU of ``capability`` (None: the interpreter).
+
+    'auto' picks what PyTorch's matmul does for such inputs, at its accuracy: bfloat16 inputs
+    multiply as bfloat16 (PyTorch's bf16 matmul) and float16 ones as TF32 (float16's 10 mantissa
+    bits with float32's range: the cubed keys can pass float16's 65,504); float32 inputs as TF32
+    when PyTorch's float32 matmuls use it (``torch.backends.cuda.matmul.fp32_precision``,
+    ``torch.set_float32_matmul_precision('high')``), else 'ieee'. Before sm_80 it is 'ieee'.
+    float64 inputs always use 'ieee'; an explicit mode is checked against the GPU.
+    """
+    if dtype == torch.float64:
+        return 'ieee'
+    if dot != 'auto':
+        if capability is not None:
+            check_dot_support(dot, capability)
+        return dot
+    if capability is not None and tuple(capability) < (8, 0):
+        return 'ieee'
+    if dtype == torch.bfloat16:
+        return 'bf16'
+    if dtype == torch.float16 or float32_matmul_uses_tf32():
+        return 'tf32'
+    return 'ieee'
 
 
 def check_dot_support(dot: str, capability: Tuple[int, int]) -> None:

@@ -78,7 +78,8 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     tuning.add_argument('--block-n', type=int, help='tokens per tile')
     tuning.add_argument('--num-warps', type=int)
     tuning.add_argument('--num-stages', type=int)
-    tuning.add_argument('--dot', help="operands of the tile products: 'ieee', 'tf32x3', 'tf32' or 'bf16'")
+    tuning.add_argument('--dot', help="operands of the tile products: 'auto' (as PyTorch's matmul would for "
+                        "--dtype), 'ieee', 'tf32x3', 'tf32' or 'bf16'")
     parser.add_argument('--breakdown', action='store_true', help='also time each fused launcher alone')
     parser.add_argument('--sweep', action='store_true', help='also time the fused kernel over a tuning grid')
     parser.add_argument('--sweep-block-n', type=int, nargs='+', default=[16, 32])
@@ -324,7 +325,7 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict[str, object]:
     from tqdm import tqdm
 
     from nalaformer.kernels.nala_triton import interpreting  # importing nalaformer registers the kernels
-    from nalaformer.kernels.tuning import use_tuning
+    from nalaformer.kernels.tuning import resolve_dot, use_tuning
     device_info = peak_bandwidth(torch.device(args.device))
     peak = device_info['peak_gbps']
     changes = {name: getattr(args, name) for name in ('block_n', 'num_warps', 'num_stages', 'dot')
@@ -332,6 +333,9 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict[str, object]:
     with use_tuning(**changes) as tune:
         config = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()}
         config['tuning'] = dataclasses.asdict(tune)
+        on_gpu = args.device.startswith('cuda') and not interpreting()
+        config['dot_resolved'] = resolve_dot(
+            tune.dot, DTYPES[args.dtype], torch.cuda.get_device_capability(args.device) if on_gpu else None)
         jobs = [(side, method, mode) for side in args.sides for method in args.methods for mode in MODES]
         rows = [measure(args, method, side, mode, peak)
                 for side, method, mode in tqdm(jobs, desc='benchmark', unit='run')]
@@ -349,7 +353,7 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict[str, object]:
     (args.out_dir / 'benchmark_kernels.json').write_text(json.dumps(results, indent=2))
     plot(results, args.out_dir / 'benchmark_kernels.png')
     print(f"{device_info['name']} {args.dtype} batch {args.batch} heads {args.heads} head dim {args.head_dim}, "
-          f"tuning {config['tuning']}, median of {args.repeats}")
+          f"tuning {config['tuning']} (products: {config['dot_resolved']!r}), median of {args.repeats}")
     print(summary(results))
     return results
 

@@ -30,7 +30,7 @@ import triton  # noqa: E402
 from triton.backends.compiler import GPUTarget  # noqa: E402
 from triton.compiler import ASTSource  # noqa: E402
 
-from nalaformer.kernels.tuning import DOT_MODES  # noqa: E402
+from nalaformer.kernels.tuning import DOT_MODES, resolve_dot  # noqa: E402
 
 KERNELS = ('_forward_state_kernel', '_forward_output_kernel', '_backward_query_kernel', '_backward_state_kernel',
            '_backward_key_kernel')
@@ -52,7 +52,8 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     parser.add_argument('--block-n', type=int, nargs='+', default=[16, 32, 64])
     parser.add_argument('--warps', type=int, nargs='+', default=[4, 8])
     parser.add_argument('--stages', type=int, nargs='+', default=[3])
-    parser.add_argument('--dot', nargs='+', default=['ieee', 'bf16'], choices=DOT_MODES)
+    parser.add_argument('--dot', nargs='+', default=['ieee', 'bf16'], choices=('auto',) + DOT_MODES,
+                        help="operands of the tile products ('auto': the default's choice for --dtype and --arch)")
     parser.add_argument('--kernels', nargs='+', default=list(KERNELS), choices=KERNELS)
     parser.add_argument('--out-dir', type=Path, default=Path('kernel_resources'))
     return parser.parse_args(argv)
@@ -109,6 +110,7 @@ def measure(args: argparse.Namespace) -> List[Dict[str, object]]:
     rows = []
     grid = list(itertools.product(args.head_dims, args.forms, args.block_n, args.warps, args.stages, args.dot))
     for head_dim, form, block_n, warps, stages, dot in tqdm(grid, desc='compile', unit='tuning'):
+        dot = resolve_dot(dot, torch_dtype, divmod(args.arch, 10))
         tune = Tuning(block_n=block_n, num_warps=warps, num_stages=stages, dot=dot)
         x = torch.empty(1, 1, block_n, head_dim, device='meta', dtype=torch_dtype)
         meta = dict(nala_jit._Launch(x, 20.0 if form == 'nala_cos' else None, tune).meta)
