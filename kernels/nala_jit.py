@@ -260,19 +260,33 @@ def _rope_t(x, sin, cos, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr):
 
 
 @triton.jit
-def _load_rope(rope_ptr, row0, N, D, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, ACC: tl.constexpr):
-    """(sin, cos) tiles of rows row0.. of the (2, N, D) table; zero in padding."""
-    sin = _load_rows(rope_ptr, row0, N, D, D, BLOCK_N, BLOCK_D, ACC)
-    cos = _load_rows(rope_ptr + N * D, row0, N, D, D, BLOCK_N, BLOCK_D, ACC)
+def _load_rope(rope_ptr, row0, N, D, rope_group, rope_period, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
+               ACC: tl.constexpr):
+    """(sin, cos) tiles for tokens row0.. from the (2, N, D) table; zero in padding.
+
+    Token n's first D / 2 channels are read from the table row of token n // rope_group * rope_group,
+    its other channels from that of token n % rope_period. rope_group = 1, rope_period = N reads row
+    n itself (any table); rope_group = rope_period = W, for a table of ``rope_table(angles, H, W)``
+    (whose first half turns with the grid row and second half with the column), reads the same
+    values from only H + W distinct rows, which stay in cache.
+    """
+    tokens = row0 + tl.arange(0, BLOCK_N)
+    cols = tl.arange(0, BLOCK_D)
+    source = tl.where(cols[None, :] < D // 2, (tokens // rope_group * rope_group)[:, None],
+                      (tokens % rope_period)[:, None])
+    offsets = source * D + cols[None, :]
+    mask = (tokens[:, None] < N) & (cols[None, :] < D)
+    sin = tl.load(rope_ptr + offsets, mask=mask, other=0.0).to(ACC)
+    cos = tl.load(rope_ptr + N * D + offsets, mask=mask, other=0.0).to(ACC)
     return sin, cos
 
 
 @triton.jit
-def _query_tile(q_base, rope_ptr, mean_base, row0, N, D, stride_qn, alpha, COS: tl.constexpr,
-                ACC: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr):
+def _query_tile(q_base, rope_ptr, mean_base, row0, N, D, rope_group, rope_period, stride_qn, alpha,
+                COS: tl.constexpr, ACC: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr):
     """Query-side quantities of rows row0..: (q, phi halves, rotated halves, normaliser z (BLOCK_N,), sin, cos)."""
     q = _load_rows(q_base, row0, N, D, stride_qn, BLOCK_N, BLOCK_D, ACC)
-    sin, cos = _load_rope(rope_ptr, row0, N, D, BLOCK_N, BLOCK_D, ACC)
+    sin, cos = _load_rope(rope_ptr, row0, N, D, rope_group, rope_period, BLOCK_N, BLOCK_D, ACC)
     h1, h2 = _query_halves(q, alpha, COS)
     mean1 = _load_vec(mean_base, BLOCK_D, ACC)
     mean2 = _load_vec(mean_base + BLOCK_D, BLOCK_D, ACC)
@@ -288,7 +302,7 @@ def _query_tile(q_base, rope_ptr, mean_base, row0, N, D, stride_qn, alpha, COS: 
 # ----------------------------------------------------------------------------------------------
 @triton.jit(do_not_specialize=['N'])
 def _forward_state_kernel(
-        k_ptr, v_ptr, rope_ptr, state_ptr, ksum_ptr, H, N, D,
+        k_ptr, v_ptr, rope_ptr, state_ptr, ksum_ptr, H, N, D, rope_group, rope_period,
         stride_kb, stride_kh, stride_kn, stride_vb, stride_vh, stride_vn, alpha, blocks_per_split,
         COS: tl.constexpr, ACC: tl.constexpr, DOT: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
         BLOCK_DV: tl.constexpr, DV_PAD: tl.constexpr):
@@ -307,7 +321,7 @@ def _forward_state_kernel(
         row0 = (split * blocks_per_split + i) * BLOCK_N
         k = _load_rows(k_base, row0, N, D, stride_kn, BLOCK_N, BLOCK_D, ACC)
         v = _load_rows(v_base, row0, N, D - vblock * BLOCK_DV, stride_vn, BLOCK_N, BLOCK_DV, ACC) * inv_sqrt_n
-        sin, cos = _load_rope(rope_ptr, row0, N, D, BLOCK_N, BLOCK_D, ACC)
+        sin, cos = _load_rope(rope_ptr, row0, N, D, rope_group, rope_period, BLOCK_N, BLOCK_D, ACC)
         h1, h2 = _key_halves(k, alpha, COS)
         sum1 += tl.sum(h1, axis=0)
         sum2 += tl.sum(h2, axis=0)
@@ -323,15 +337,16 @@ def _forward_state_kernel(
 
 @triton.jit
 def _forward_output_kernel(
-        q_ptr, rope_ptr, state_ptr, mean_ptr, out_ptr, H, N, D, stride_qb, stride_qh, stride_qn, alpha,
+        q_ptr, rope_ptr, state_ptr, mean_ptr, out_ptr, H, N, D, rope_group, rope_period,
+        stride_qb, stride_qh, stride_qn, alpha,
         COS: tl.constexpr, ACC: tl.constexpr, DOT: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
         BLOCK_DV: tl.constexpr, DV_PAD: tl.constexpr):
     """Pass 2, grid (B*H, token blocks): out rows = R phi_q . state / (phi_q . mean + eps)."""
     bh = tl.program_id(0).to(tl.int64)  # offsets past 2^31 elements
     row0 = tl.program_id(1) * BLOCK_N
     q_base = _head(q_ptr, bh, H, stride_qb, stride_qh)
-    _, _, _, r1, r2, z, _, _ = _query_tile(q_base, rope_ptr, mean_ptr + bh * 2 * BLOCK_D, row0, N, D, stride_qn,
-                                           alpha, COS, ACC, BLOCK_N, BLOCK_D)
+    _, _, _, r1, r2, z, _, _ = _query_tile(q_base, rope_ptr, mean_ptr + bh * 2 * BLOCK_D, row0, N, D, rope_group,
+                                           rope_period, stride_qn, alpha, COS, ACC, BLOCK_N, BLOCK_D)
     state_base = state_ptr + bh * 2 * BLOCK_D * DV_PAD
     for c in tl.static_range(DV_PAD // BLOCK_DV):
         num = _mm(r1, _state_block(state_base, 0, c, BLOCK_D, BLOCK_DV, DV_PAD, ACC),
@@ -343,7 +358,7 @@ def _forward_output_kernel(
 
 @triton.jit
 def _backward_query_kernel(
-        q_ptr, g_ptr, rope_ptr, state_ptr, mean_ptr, dq_ptr, dmean_ptr, H, N, D,
+        q_ptr, g_ptr, rope_ptr, state_ptr, mean_ptr, dq_ptr, dmean_ptr, H, N, D, rope_group, rope_period,
         stride_qb, stride_qh, stride_qn, stride_gb, stride_gh, stride_gn, alpha,
         COS: tl.constexpr, ACC: tl.constexpr, DOT: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
         BLOCK_DV: tl.constexpr, DV_PAD: tl.constexpr):
@@ -356,8 +371,8 @@ def _backward_query_kernel(
     q_base = _head(q_ptr, bh, H, stride_qb, stride_qh)
     g_base = _head(g_ptr, bh, H, stride_gb, stride_gh)
     mean_base = mean_ptr + bh * 2 * BLOCK_D
-    q, h1, h2, _, _, z, sin, cos = _query_tile(q_base, rope_ptr, mean_base, row0, N, D, stride_qn,
-                                               alpha, COS, ACC, BLOCK_N, BLOCK_D)
+    q, h1, h2, _, _, z, sin, cos = _query_tile(q_base, rope_ptr, mean_base, row0, N, D, rope_group, rope_period,
+                                               stride_qn, alpha, COS, ACC, BLOCK_N, BLOCK_D)
     state_base = state_ptr + bh * 2 * BLOCK_D * DV_PAD
     sg1 = tl.zeros((BLOCK_N, BLOCK_D), ACC)  # state g, per half
     sg2 = tl.zeros((BLOCK_N, BLOCK_D), ACC)
@@ -382,7 +397,7 @@ def _backward_query_kernel(
 
 @triton.jit
 def _backward_state_kernel(
-        q_ptr, g_ptr, rope_ptr, mean_ptr, dstate_ptr, H, N, D,
+        q_ptr, g_ptr, rope_ptr, mean_ptr, dstate_ptr, H, N, D, rope_group, rope_period,
         stride_qb, stride_qh, stride_qn, stride_gb, stride_gh, stride_gn, alpha, blocks_per_split,
         COS: tl.constexpr, ACC: tl.constexpr, DOT: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
         BLOCK_DV: tl.constexpr, DV_PAD: tl.constexpr):
@@ -397,7 +412,7 @@ def _backward_state_kernel(
     for i in range(blocks_per_split):
         row0 = (split * blocks_per_split + i) * BLOCK_N
         _, _, _, r1, r2, z, _, _ = _query_tile(q_base, rope_ptr, mean_ptr + bh * 2 * BLOCK_D, row0, N, D,
-                                               stride_qn, alpha, COS, ACC, BLOCK_N, BLOCK_D)
+                                               rope_group, rope_period, stride_qn, alpha, COS, ACC, BLOCK_N, BLOCK_D)
         g = _load_rows(g_base, row0, N, D - vblock * BLOCK_DV, stride_gn, BLOCK_N, BLOCK_DV, ACC) / z[:, None]
         acc1 = _mm(tl.trans(r1), g, acc1, ACC, DOT)
         acc2 = _mm(tl.trans(r2), g, acc2, ACC, DOT)
@@ -406,7 +421,7 @@ def _backward_state_kernel(
 
 @triton.jit(do_not_specialize=['N'])
 def _backward_key_kernel(
-        k_ptr, v_ptr, rope_ptr, dstate_ptr, dmean_ptr, dk_ptr, dv_ptr, H, N, D,
+        k_ptr, v_ptr, rope_ptr, dstate_ptr, dmean_ptr, dk_ptr, dv_ptr, H, N, D, rope_group, rope_period,
         stride_kb, stride_kh, stride_kn, stride_vb, stride_vh, stride_vn, alpha,
         COS: tl.constexpr, ACC: tl.constexpr, DOT: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
         BLOCK_DV: tl.constexpr, DV_PAD: tl.constexpr):
@@ -417,7 +432,7 @@ def _backward_key_kernel(
     k_base = _head(k_ptr, bh, H, stride_kb, stride_kh)
     v_base = _head(v_ptr, bh, H, stride_vb, stride_vh)
     k = _load_rows(k_base, row0, N, D, stride_kn, BLOCK_N, BLOCK_D, ACC)
-    sin, cos = _load_rope(rope_ptr, row0, N, D, BLOCK_N, BLOCK_D, ACC)
+    sin, cos = _load_rope(rope_ptr, row0, N, D, rope_group, rope_period, BLOCK_N, BLOCK_D, ACC)
     h1, h2 = _key_halves(k, alpha, COS)
     r1 = _rope(h1, sin, cos, BLOCK_N, BLOCK_D)
     r2 = _rope(h2, sin, cos, BLOCK_N, BLOCK_D)
@@ -442,15 +457,18 @@ def _backward_key_kernel(
 
 # ----------------------------------------------------------------------------------------------
 # Launchers: (B, H, N, d) tensors with a unit last stride; rope (2, N, d) contiguous, in the
-# compute dtype. ``alpha`` None selects the release form, a float the cosine-inhibit form;
-# ``tune`` gives block sizes, warps and dot operands.
+# compute dtype; ``grid_width`` W when the tokens are an (N / W, W) grid and rope its
+# ``rope_table`` (read through its row and column factors, see _load_rope), else None.
+# ``alpha`` None selects the release form, a float the cosine-inhibit form; ``tune`` gives block
+# sizes, warps and dot operands.
 # ----------------------------------------------------------------------------------------------
 class _Launch:
     """Block sizes and grid shapes for one (B, H, N, d) problem under one tuning."""
 
-    def __init__(self, x: torch.Tensor, alpha: Optional[float], tune: Tuning):
+    def __init__(self, x: torch.Tensor, grid_width: Optional[int], alpha: Optional[float], tune: Tuning):
         self.tuning = tune
         self.batch, self.heads, self.n, self.d = x.shape
+        self.rope_args = (grid_width, grid_width) if grid_width else (1, self.n)  # rope_group, rope_period
         self.bh = self.batch * self.heads
         self.block_d, self.block_dv, self.dv_pad = feature_blocks(self.d)
         self.block_n = tune.block_n
@@ -485,56 +503,57 @@ def _strides(x: torch.Tensor) -> Tuple[int, int, int]:
     return x.stride(0), x.stride(1), x.stride(2)
 
 
-def forward_state(k: torch.Tensor, v: torch.Tensor, rope: torch.Tensor, alpha: Optional[float], tune: Tuning):
+def forward_state(k: torch.Tensor, v: torch.Tensor, rope: torch.Tensor, grid_width: Optional[int],
+                  alpha: Optional[float], tune: Tuning):
     """Pass 1: (state (B*H, 2, BLOCK_D, DV_PAD), mean of phi_k (B*H, 2, BLOCK_D)), padded with zeros."""
-    cfg = _Launch(k, alpha, tune)
+    cfg = _Launch(k, grid_width, alpha, tune)
     per_split, n_splits = cfg.splits()
     state = cfg.empty(cfg.bh, n_splits, 2, cfg.block_d, cfg.dv_pad)
     ksum = cfg.empty(cfg.bh, n_splits, 2, cfg.block_d)
     grid = (cfg.bh, n_splits, cfg.dv_pad // cfg.block_dv)
-    _forward_state_kernel[grid](k, v, rope, state, ksum, cfg.heads, cfg.n, cfg.d, *_strides(k), *_strides(v),
-                                cfg.alpha, per_split, **cfg.meta)
+    _forward_state_kernel[grid](k, v, rope, state, ksum, cfg.heads, cfg.n, cfg.d, *cfg.rope_args, *_strides(k),
+                                *_strides(v), cfg.alpha, per_split, **cfg.meta)
     return state.sum(1), ksum.sum(1) / cfg.n
 
 
-def forward_output(q: torch.Tensor, rope: torch.Tensor, state: torch.Tensor, mean: torch.Tensor,
-                   alpha: Optional[float], tune: Tuning) -> torch.Tensor:
+def forward_output(q: torch.Tensor, rope: torch.Tensor, grid_width: Optional[int], state: torch.Tensor,
+                   mean: torch.Tensor, alpha: Optional[float], tune: Tuning) -> torch.Tensor:
     """Pass 2: out (B, H, N, d) in the compute dtype."""
-    cfg = _Launch(q, alpha, tune)
+    cfg = _Launch(q, grid_width, alpha, tune)
     out = cfg.empty(cfg.batch, cfg.heads, cfg.n, cfg.d)
     _forward_output_kernel[(cfg.bh, cfg.token_blocks)](q, rope, state, mean, out, cfg.heads, cfg.n, cfg.d,
-                                                       *_strides(q), cfg.alpha, **cfg.meta)
+                                                       *cfg.rope_args, *_strides(q), cfg.alpha, **cfg.meta)
     return out
 
 
-def backward_query(q, dout, rope, state, mean, alpha, tune):
+def backward_query(q, dout, rope, grid_width, state, mean, alpha, tune):
     """(dq like q, d mean (B*H, 2, BLOCK_D))."""
-    cfg = _Launch(q, alpha, tune)
+    cfg = _Launch(q, grid_width, alpha, tune)
     dq = torch.empty_like(q, memory_format=torch.contiguous_format)
     dmean = cfg.empty(cfg.bh, cfg.token_blocks, 2, cfg.block_d)
     _backward_query_kernel[(cfg.bh, cfg.token_blocks)](
-        q, dout, rope, state, mean, dq, dmean, cfg.heads, cfg.n, cfg.d, *_strides(q), *_strides(dout),
-        cfg.alpha, **cfg.meta)
+        q, dout, rope, state, mean, dq, dmean, cfg.heads, cfg.n, cfg.d, *cfg.rope_args, *_strides(q),
+        *_strides(dout), cfg.alpha, **cfg.meta)
     return dq, dmean.sum(1)
 
 
-def backward_state(q, dout, rope, mean, alpha, tune):
+def backward_state(q, dout, rope, grid_width, mean, alpha, tune):
     """d state (B*H, 2, BLOCK_D, DV_PAD)."""
-    cfg = _Launch(q, alpha, tune)
+    cfg = _Launch(q, grid_width, alpha, tune)
     per_split, n_splits = cfg.splits()
     dstate = cfg.empty(cfg.bh, n_splits, 2, cfg.block_d, cfg.dv_pad)
     grid = (cfg.bh, n_splits, cfg.dv_pad // cfg.block_dv)
-    _backward_state_kernel[grid](q, dout, rope, mean, dstate, cfg.heads, cfg.n, cfg.d, *_strides(q),
-                                 *_strides(dout), cfg.alpha, per_split, **cfg.meta)
+    _backward_state_kernel[grid](q, dout, rope, mean, dstate, cfg.heads, cfg.n, cfg.d, *cfg.rope_args,
+                                 *_strides(q), *_strides(dout), cfg.alpha, per_split, **cfg.meta)
     return dstate.sum(1)
 
 
-def backward_key(k, v, rope, dstate, dmean, alpha, tune):
+def backward_key(k, v, rope, grid_width, dstate, dmean, alpha, tune):
     """(dk like k, dv like v)."""
-    cfg = _Launch(k, alpha, tune)
+    cfg = _Launch(k, grid_width, alpha, tune)
     dk = torch.empty_like(k, memory_format=torch.contiguous_format)
     dv = torch.empty_like(v, memory_format=torch.contiguous_format)
     _backward_key_kernel[(cfg.bh, cfg.token_blocks)](
-        k, v, rope, dstate, dmean, dk, dv, cfg.heads, cfg.n, cfg.d, *_strides(k), *_strides(v), cfg.alpha,
-        **cfg.meta)
+        k, v, rope, dstate, dmean, dk, dv, cfg.heads, cfg.n, cfg.d, *cfg.rope_args, *_strides(k), *_strides(v),
+        cfg.alpha, **cfg.meta)
     return dk, dv

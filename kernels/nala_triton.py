@@ -1,11 +1,16 @@
 """Fused Triton NaLa attention: custom operators with autograd, and the ``nala_triton`` / ``nala_cos_triton`` kernels.
 
-``nala_attention(q, k, v, rope, tuning=None)`` computes exactly what the ``nala`` kernel of
-:mod:`nalaformer.ops.nala` computes (``nala_feature_maps`` + ``linear_attention``, RoPE
+``nala_attention(q, k, v, rope, tuning=None, grid=None)`` computes exactly what the ``nala``
+kernel of :mod:`nalaformer.ops.nala` computes (``nala_feature_maps`` + ``linear_attention``, RoPE
 included) without materialising the (B, heads, N, 2d) feature maps; ``nala_cos_attention``
 does the same for ``nala_cos``. Shapes: q, k, v (B, heads, N, d) in float16, bfloat16 or
 float32 (float64 under the interpreter); rope (2, N, d); output (B, heads, N, d) in float32
 (float64 for float64 inputs). Gradients flow to q, k and v.
+
+``grid=(H, W)`` says that the N = H * W tokens are a row-major grid and rope is its
+``rope_table(angles, H, W)``: the kernels then read the table's values through its H + W
+distinct rows (row and column factors) instead of N rows, which keeps the table in cache. The
+result is the same; a table that is not ``rope_table``'s for that grid must come without one.
 
 ``tuning`` (a :class:`~nalaformer.kernels.tuning.Tuning`; default: ``current_tuning()``, see
 ``use_tuning``) sets block sizes, warps and the operands of the tile products; the backward
@@ -82,21 +87,33 @@ def _tuning_args(tune: Tuning) -> tuple:
     return tune.block_n, tune.num_warps, tune.num_stages, tune.dot, tune.reduction_programs
 
 
+def _grid_width(grid: Optional[Tuple[int, int]], n: int) -> Optional[int]:
+    """W of a token grid (H, W), checked against the N tokens; None without a grid."""
+    if grid is None:
+        return None
+    height, width = grid
+    if height < 1 or width < 1 or height * width != n:
+        raise ValueError(
+            f'grid={tuple(grid)} does not match the N = {n} tokens of q, k, v: give (H, W) with H * W = N for a '
+            f'rope_table(angles, H, W) table, or grid=None for any other (2, N, d) table')
+    return width
+
+
 @torch.library.custom_op('nalaformer::nala_attention_forward', mutates_args=())
-def _forward_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, rope: torch.Tensor, alpha: Optional[float],
-                block_n: int, num_warps: int, num_stages: int, dot: str,
+def _forward_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, rope: torch.Tensor, grid_width: Optional[int],
+                alpha: Optional[float], block_n: int, num_warps: int, num_stages: int, dot: str,
                 reduction_programs: Optional[int]) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Two passes over the tokens: (out (B, H, N, d), state (B*H, 2, BLOCK_D, DV_PAD), mean (B*H, 2, BLOCK_D))."""
     tune = Tuning(block_n, num_warps, num_stages, dot, reduction_programs)
     q, k, v = (_head_dim_contiguous(x) for x in (q, k, v))
     rope = rope.to(_compute_dtype(q)).contiguous()
     jit = _jit()
-    state, mean = jit.forward_state(k, v, rope, alpha, tune)
-    return jit.forward_output(q, rope, state, mean, alpha, tune), state, mean
+    state, mean = jit.forward_state(k, v, rope, grid_width, alpha, tune)
+    return jit.forward_output(q, rope, grid_width, state, mean, alpha, tune), state, mean
 
 
 @_forward_op.register_fake
-def _forward_fake(q, k, v, rope, alpha, block_n, num_warps, num_stages, dot, reduction_programs):
+def _forward_fake(q, k, v, rope, grid_width, alpha, block_n, num_warps, num_stages, dot, reduction_programs):
     batch, heads, _, d = q.shape
     block_d, _, dv_pad = feature_blocks(d)
     dtype = _compute_dtype(q)
@@ -106,8 +123,8 @@ def _forward_fake(q, k, v, rope, alpha, block_n, num_warps, num_stages, dot, red
 
 @torch.library.custom_op('nalaformer::nala_attention_backward', mutates_args=())
 def _backward_op(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, rope: torch.Tensor,
-                 state: torch.Tensor, mean: torch.Tensor, alpha: Optional[float], block_n: int, num_warps: int,
-                 num_stages: int, dot: str,
+                 grid_width: Optional[int], state: torch.Tensor, mean: torch.Tensor, alpha: Optional[float],
+                 block_n: int, num_warps: int, num_stages: int, dot: str,
                  reduction_programs: Optional[int]) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Three passes, recomputing the feature maps: (dq, dk, dv) like q, k, v."""
     tune = Tuning(block_n, num_warps, num_stages, dot, reduction_programs)
@@ -115,44 +132,52 @@ def _backward_op(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.
     rope = rope.to(state.dtype).contiguous()
     dout = _head_dim_contiguous(dout.to(state.dtype))
     jit = _jit()
-    dq, dmean = jit.backward_query(q, dout, rope, state, mean, alpha, tune)
-    dstate = jit.backward_state(q, dout, rope, mean, alpha, tune)
-    dk, dv = jit.backward_key(k, v, rope, dstate, dmean, alpha, tune)
+    dq, dmean = jit.backward_query(q, dout, rope, grid_width, state, mean, alpha, tune)
+    dstate = jit.backward_state(q, dout, rope, grid_width, mean, alpha, tune)
+    dk, dv = jit.backward_key(k, v, rope, grid_width, dstate, dmean, alpha, tune)
     return dq, dk, dv
 
 
 @_backward_op.register_fake
-def _backward_fake(dout, q, k, v, rope, state, mean, alpha, block_n, num_warps, num_stages, dot, reduction_programs):
+def _backward_fake(dout, q, k, v, rope, grid_width, state, mean, alpha, block_n, num_warps, num_stages, dot,
+                   reduction_programs):
     return tuple(torch.empty_like(x, memory_format=torch.contiguous_format) for x in (q, k, v))
 
 
 def _setup_context(ctx, inputs, output):
-    q, k, v, rope, alpha, *tuning = inputs
+    q, k, v, rope, grid_width, alpha, *tuning = inputs
     _, state, mean = output
     # Only inputs, the small state and the key mean are kept; the feature maps are recomputed.
     ctx.save_for_backward(q, k, v, rope, state, mean)
     ctx.mark_non_differentiable(state, mean)
-    ctx.alpha, ctx.tuning = alpha, tuning
+    ctx.grid_width, ctx.alpha, ctx.tuning = grid_width, alpha, tuning
 
 
 def _backward(ctx, dout, _dstate, _dmean):
-    dq, dk, dv = _backward_op(dout, *ctx.saved_tensors, ctx.alpha, *ctx.tuning)
-    return (dq, dk, dv) + (None,) * 7
+    q, k, v, rope, state, mean = ctx.saved_tensors
+    dq, dk, dv = _backward_op(dout, q, k, v, rope, ctx.grid_width, state, mean, ctx.alpha, *ctx.tuning)
+    return (dq, dk, dv) + (None,) * 8
 
 
 _forward_op.register_autograd(_backward, setup_context=_setup_context)
 
 
 def nala_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, rope: torch.Tensor,
-                   tuning: Optional[Tuning] = None) -> torch.Tensor:
-    """Fused release NaLa attention: q, k, v (B, heads, N, d), rope (2, N, d) -> (B, heads, N, d) float32."""
-    return _forward_op(q, k, v, rope, None, *_tuning_args(tuning or current_tuning()))[0]
+                   tuning: Optional[Tuning] = None, grid: Optional[Tuple[int, int]] = None) -> torch.Tensor:
+    """Fused release NaLa attention: q, k, v (B, heads, N, d), rope (2, N, d) -> (B, heads, N, d) float32.
+
+    grid: (H, W) when rope is ``rope_table(angles, H, W)`` (see the module docstring).
+    """
+    return _forward_op(q, k, v, rope, _grid_width(grid, q.shape[-2]), None,
+                       *_tuning_args(tuning or current_tuning()))[0]
 
 
 def nala_cos_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, rope: torch.Tensor,
-                       alpha: float = 20.0, tuning: Optional[Tuning] = None) -> torch.Tensor:
+                       alpha: float = 20.0, tuning: Optional[Tuning] = None,
+                       grid: Optional[Tuple[int, int]] = None) -> torch.Tensor:
     """Fused cosine-inhibit NaLa attention (``nala_cos``), same shapes as :func:`nala_attention`."""
-    return _forward_op(q, k, v, rope, float(alpha), *_tuning_args(tuning or current_tuning()))[0]
+    return _forward_op(q, k, v, rope, _grid_width(grid, q.shape[-2]), float(alpha),
+                       *_tuning_args(tuning or current_tuning()))[0]
 
 
 @register_attention_kernel('nala_triton')
@@ -170,23 +195,23 @@ class NaLaTritonKernel(AttentionKernel):
     def extra_repr(self) -> str:
         return '' if self.tuning is None else f'tuning={self.tuning}'
 
-    def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, rope: torch.Tensor) -> torch.Tensor:
+    def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, rope: torch.Tensor,
+                grid: Optional[Tuple[int, int]] = None) -> torch.Tensor:
         # Unlike the base class, float16 / bfloat16 inputs reach the kernels as they are: they
         # upcast on load. The output is float32 either way.
         half = (torch.float16, torch.bfloat16)
         q, k, v = (x if x.dtype in half else x.float() for x in (q, k, v))
+        rope = rope.float()
         with torch.autocast('cuda', enabled=False), torch.autocast('cpu', enabled=False):
-            return self.attend(q, k, v, rope.float())
+            if triton_supported(q, k, v, rope):
+                return self.fused(q, k, v, rope, grid)
+            return self.attend(q.float(), k.float(), v.float(), rope)
+
+    def fused(self, q, k, v, rope, grid):
+        return nala_attention(q, k, v, rope, self.tuning, grid)
 
     def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, rope: torch.Tensor) -> torch.Tensor:
-        if triton_supported(q, k, v, rope):
-            return self.fused(q, k, v, rope)
-        return self.reference(q.float(), k.float(), v.float(), rope.float())
-
-    def fused(self, q, k, v, rope):
-        return nala_attention(q, k, v, rope, self.tuning)
-
-    def reference(self, q, k, v, rope):
+        """The PyTorch reference, where the fused kernels cannot run."""
         return linear_attention(*nala_feature_maps(q, k), v, rope)
 
 
@@ -201,8 +226,8 @@ class NaLaCosTritonKernel(NaLaTritonKernel):
     def extra_repr(self) -> str:
         return ', '.join(filter(None, [f'alpha={self.alpha}', super().extra_repr()]))
 
-    def fused(self, q, k, v, rope):
-        return nala_cos_attention(q, k, v, rope, self.alpha, self.tuning)
+    def fused(self, q, k, v, rope, grid):
+        return nala_cos_attention(q, k, v, rope, self.alpha, self.tuning, grid)
 
-    def reference(self, q, k, v, rope):
+    def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, rope: torch.Tensor) -> torch.Tensor:
         return linear_attention(*nala_cos_feature_maps(q, k, self.alpha), v, rope)

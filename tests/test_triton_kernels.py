@@ -79,10 +79,10 @@ def reference(q, k, v, rope, alpha=None):
     return linear_attention(*maps, v, rope.double()), (q, k, v)
 
 
-def fused(q, k, v, rope, alpha=None):
+def fused(q, k, v, rope, alpha=None, grid=None):
     if alpha is None:
-        return nala_triton.nala_attention(q, k, v, rope)
-    return nala_triton.nala_cos_attention(q, k, v, rope, alpha)
+        return nala_triton.nala_attention(q, k, v, rope, grid=grid)
+    return nala_triton.nala_cos_attention(q, k, v, rope, alpha, grid=grid)
 
 
 def assert_close_scaled(actual, expected, rel, what):
@@ -126,6 +126,36 @@ def test_nala_matches_reference_fp32(batch, heads, height, width, d):
     check_against_reference(*make_inputs(batch, heads, height, width, d))
 
 
+@pytest.mark.parametrize('batch,heads,height,width,d', SHAPES)
+@pytest.mark.parametrize('alpha', [None, 20.0])
+def test_grid_reads_of_the_rope_table_change_nothing(batch, heads, height, width, d, alpha):
+    """With grid=(H, W) all five kernels read rope_table's values through its H + W distinct rows only
+    (first halves of each grid row's first token, second halves of the first row): same bits, and
+    the other rows of the table are never read."""
+    q, k, v, rope = make_inputs(batch, heads, height, width, d)
+    factors = torch.zeros(height * width, d, dtype=torch.bool, device=DEVICE)
+    factors[::width, :d // 2] = True
+    factors[:width, d // 2:] = True
+    scrambled = torch.where(factors, rope, torch.full_like(rope, 0.5))
+
+    def outputs(table, grid):
+        out = fused(q, k, v, table, alpha, grid)
+        return [out, *torch.autograd.grad(out, (q, k, v), torch.ones_like(out))]
+
+    full = outputs(rope, None)
+    for table in (rope, scrambled):
+        for name, a, b in zip(('out', 'dq', 'dk', 'dv'), outputs(table, (height, width)), full):
+            assert torch.equal(a, b), name
+    assert not torch.equal(outputs(scrambled, None)[0], full[0])  # without a grid every row is read
+
+
+def test_grid_must_match_the_tokens():
+    q, k, v, rope = make_inputs(1, 1, 3, 5, 32)
+    for grid in ((5, 5), (15, 0), (-3, -5)):
+        with pytest.raises(ValueError, match=r'does not match the N = 15 tokens of q, k, v: give \(H, W\)'):
+            fused(q, k, v, rope, grid=grid)
+
+
 @pytest.mark.parametrize('alpha,shape', [(20.0, (2, 2, 3, 5, 32)), (5.0, (1, 2, 4, 7, 96)), (1.0, (1, 1, 9, 8, 64))])
 def test_nala_cos_matches_reference_fp32(alpha, shape):
     check_against_reference(*make_inputs(*shape), alpha=alpha)
@@ -155,7 +185,8 @@ def test_token_reduction_split_across_programs(programs):
     """Splitting the token sums over several programs (as on a GPU) gives the same result."""
     q, k, v, rope = make_inputs(1, 1, 5, 9, 32)  # 45 tokens: 3 blocks of 16
     with nala_triton.use_tuning(reduction_programs=programs):
-        assert nala_jit._Launch(q, None, nala_triton.current_tuning()).splits() == ((2, 2) if programs == 2 else (1, 3))
+        launch = nala_jit._Launch(q, None, None, nala_triton.current_tuning())
+        assert launch.splits() == ((2, 2) if programs == 2 else (1, 3))
         check_against_reference(q, k, v, rope)
 
 
@@ -337,11 +368,11 @@ def test_custom_operators_pass_opcheck(alpha):
     """torch.library.opcheck: schema, autograd registration, fake (shape-only) versions, AOT dispatch."""
     q, k, v, rope = make_inputs(1, 2, 3, 5, 32)  # strided views of one qkv buffer
     tuning = (32, 4, 3, 'ieee', 2)
-    forward_args = (q, k, v, rope, alpha, *tuning)
+    forward_args = (q, k, v, rope, 5, alpha, *tuning)
     assert set(torch.library.opcheck(torch.ops.nalaformer.nala_attention_forward.default, forward_args).values()) \
         == {'SUCCESS'}
     out, state, mean = torch.ops.nalaformer.nala_attention_forward(*forward_args)
-    backward_args = (torch.randn_like(out), *(x.detach() for x in (q, k, v)), rope, state, mean, alpha, *tuning)
+    backward_args = (torch.randn_like(out), *(x.detach() for x in (q, k, v)), rope, 5, state, mean, alpha, *tuning)
     assert set(torch.library.opcheck(torch.ops.nalaformer.nala_attention_backward.default, backward_args).values()) \
         == {'SUCCESS'}
 

@@ -71,7 +71,7 @@ class NaLaAttention(nn.Module):
             rope = rope_table(rope_angles(self.head_dim, device=x.device), H, W)
         q, k, v, g = self.qkvg(x.flatten(2).transpose(1, 2)).chunk(4, dim=-1)
         lepe = self.lepe(v.transpose(1, 2).reshape(B, C, H, W)).flatten(2).transpose(1, 2)
-        y = self.kernel(self.split_heads(q), self.split_heads(k), self.split_heads(v), rope)
+        y = self.kernel(self.split_heads(q), self.split_heads(k), self.split_heads(v), rope, grid=(H, W))
         y = y.transpose(1, 2).flatten(2).to(lepe.dtype) + lepe
         out = self.out_proj(self.ln(y) * self.act(g))
         return out.transpose(1, 2).reshape(B, C, H, W)

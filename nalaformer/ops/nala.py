@@ -149,12 +149,15 @@ def linear_attention(phi_q: torch.Tensor, phi_k: torch.Tensor, v: torch.Tensor, 
 
 
 class AttentionKernel(nn.Module):
-    """Base of all kernels: ``forward(q, k, v, rope)`` -> (B, heads, N, d), in float32.
+    """Base of all kernels: ``forward(q, k, v, rope, grid=None)`` -> (B, heads, N, d), in float32.
 
+    ``grid`` (H, W) tells a kernel that rope is :func:`rope_table` of that token grid, which lets
+    the fused kernels read it through its row and column factors; these PyTorch kernels ignore it.
     Subclasses implement ``attend`` on float32 tensors; autocast is switched off around it.
     """
 
-    def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, rope: torch.Tensor) -> torch.Tensor:
+    def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, rope: torch.Tensor,
+                grid: Optional[Tuple[int, int]] = None) -> torch.Tensor:
         with torch.autocast('cuda', enabled=False), torch.autocast('cpu', enabled=False):
             return self.attend(q.float(), k.float(), v.float(), rope.float())
 

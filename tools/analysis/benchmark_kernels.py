@@ -111,12 +111,13 @@ def make_inputs(args: argparse.Namespace, side: int):
     return q, k, v, rope_table(rope_angles(args.head_dim, device=device), side, side)
 
 
-def build_method(name: str) -> Callable:
-    """(q, k, v, rope) -> out for a method name."""
+def build_method(name: str, side: int) -> Callable:
+    """(q, k, v, rope) -> out for a method name, on a side x side token grid (given to the kernels as in the models)."""
     if name == 'sdpa':
         return lambda q, k, v, rope: F.scaled_dot_product_attention(q, k, v)
     from nalaformer.ops import build_attention_kernel
-    return build_attention_kernel(name)
+    kernel = build_attention_kernel(name)
+    return lambda q, k, v, rope: kernel(q, k, v, rope, grid=(side, side))
 
 
 def io_bytes(q: torch.Tensor, out: torch.Tensor, mode: str) -> int:
@@ -179,7 +180,7 @@ def measure(args: argparse.Namespace, method: str, side: int, mode: str, peak_gb
     row = {'method': method, 'mode': mode, 'side': side, 'n': side * side}
     try:
         inputs = make_inputs(args, side)
-        fn = build_method(method)
+        fn = build_method(method, side)
         out = fn(*inputs)
         grad = torch.randn_like(out)
         times = time_ms(fn, inputs, mode, grad, args.warmup, args.repeats)
@@ -212,16 +213,16 @@ def kernel_breakdown(args: argparse.Namespace, side: int) -> Dict[str, object]:
     tune = current_tuning()
     q, k, v, rope = (x.detach() for x in make_inputs(args, side))
     rope = rope.float().contiguous()
-    state, mean = nala_jit.forward_state(k, v, rope, None, tune)
-    dout = torch.randn_like(nala_jit.forward_output(q, rope, state, mean, None, tune))
-    dq, dmean = nala_jit.backward_query(q, dout, rope, state, mean, None, tune)
-    dstate = nala_jit.backward_state(q, dout, rope, mean, None, tune)
+    state, mean = nala_jit.forward_state(k, v, rope, side, None, tune)
+    dout = torch.randn_like(nala_jit.forward_output(q, rope, side, state, mean, None, tune))
+    dq, dmean = nala_jit.backward_query(q, dout, rope, side, state, mean, None, tune)
+    dstate = nala_jit.backward_state(q, dout, rope, side, mean, None, tune)
     launchers = {
-        'forward_state': lambda: nala_jit.forward_state(k, v, rope, None, tune),
-        'forward_output': lambda: nala_jit.forward_output(q, rope, state, mean, None, tune),
-        'backward_query': lambda: nala_jit.backward_query(q, dout, rope, state, mean, None, tune),
-        'backward_state': lambda: nala_jit.backward_state(q, dout, rope, mean, None, tune),
-        'backward_key': lambda: nala_jit.backward_key(k, v, rope, dstate, dmean, None, tune),
+        'forward_state': lambda: nala_jit.forward_state(k, v, rope, side, None, tune),
+        'forward_output': lambda: nala_jit.forward_output(q, rope, side, state, mean, None, tune),
+        'backward_query': lambda: nala_jit.backward_query(q, dout, rope, side, state, mean, None, tune),
+        'backward_state': lambda: nala_jit.backward_state(q, dout, rope, side, mean, None, tune),
+        'backward_key': lambda: nala_jit.backward_key(k, v, rope, side, dstate, dmean, None, tune),
     }
     times = {name: statistics.median(wall_times_ms(fn, q.device, args.warmup, args.repeats))
              for name, fn in launchers.items()}
@@ -281,7 +282,7 @@ def summary(results: Dict[str, object]) -> str:
 def check_errors(args: argparse.Namespace, side: int) -> Dict[str, object]:
     """Max |fused - reference| / max |reference| of out, dq, dk, dv on the same inputs and dout."""
     inputs = make_inputs(args, side)
-    outs = [build_method(name)(*inputs) for name in ('nala_triton', 'nala')]
+    outs = [build_method(name, side)(*inputs) for name in ('nala_triton', 'nala')]
     dout = torch.randn_like(outs[1])
     fused, ref = ([out] + list(torch.autograd.grad(out, inputs[:3], dout)) for out in outs)
     errors = {name: ((a.float() - b.float()).abs().max() / b.float().abs().max()).item()

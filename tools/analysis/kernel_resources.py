@@ -113,7 +113,7 @@ def measure(args: argparse.Namespace) -> List[Dict[str, object]]:
         dot = resolve_dot(dot, torch_dtype, divmod(args.arch, 10))
         tune = Tuning(block_n=block_n, num_warps=warps, num_stages=stages, dot=dot)
         x = torch.empty(1, 1, block_n, head_dim, device='meta', dtype=torch_dtype)
-        meta = dict(nala_jit._Launch(x, 20.0 if form == 'nala_cos' else None, tune).meta)
+        meta = dict(nala_jit._Launch(x, None, 20.0 if form == 'nala_cos' else None, tune).meta)
         options = {key: meta.pop(key) for key in ('num_warps', 'num_stages')}
         for name in args.kernels:
             fn = getattr(nala_jit, name)
