@@ -443,16 +443,22 @@ def _backward_key_kernel(
         dv = _mm(r2, _state_block(dstate_base, 1, c, BLOCK_D, BLOCK_DV, DV_PAD, ACC), dv, ACC, DOT)
         _store_rows(dv_ptr + bh * N * D + c * BLOCK_DV, dv * inv_n, row0, N, D - c * BLOCK_DV, D, BLOCK_N,
                     BLOCK_DV)
-    dr1 = tl.zeros((BLOCK_N, BLOCK_D), ACC)
-    dr2 = tl.zeros((BLOCK_N, BLOCK_D), ACC)
-    for c in tl.static_range(DV_PAD // BLOCK_DV):
-        v = _load_rows(v_base + c * BLOCK_DV, row0, N, D - c * BLOCK_DV, stride_vn, BLOCK_N, BLOCK_DV, ACC)
-        dr1 = _mm(v, tl.trans(_state_block(dstate_base, 0, c, BLOCK_D, BLOCK_DV, DV_PAD, ACC)), dr1, ACC, DOT)
-        dr2 = _mm(v, tl.trans(_state_block(dstate_base, 1, c, BLOCK_D, BLOCK_DV, DV_PAD, ACC)), dr2, ACC, DOT)
-    dmean_base = dmean_ptr + bh * 2 * BLOCK_D
-    d1 = (_rope_t(dr1, sin, cos, BLOCK_N, BLOCK_D) + _load_vec(dmean_base, BLOCK_D, ACC)[None, :]) * inv_n
-    d2 = (_rope_t(dr2, sin, cos, BLOCK_N, BLOCK_D) + _load_vec(dmean_base + BLOCK_D, BLOCK_D, ACC)[None, :]) * inv_n
-    _store_rows(dk_ptr + bh * N * D, _key_halves_bwd(k, d1, d2, alpha, COS), row0, N, D, D, BLOCK_N, BLOCK_D)
+    # dk is linear in the gradients of the two halves: taking them one at a time keeps a single
+    # (BLOCK_N, BLOCK_D) gradient tile live (fewer spills at d = 96).
+    zero = tl.zeros((BLOCK_N, BLOCK_D), ACC)
+    dk = zero
+    for half in tl.static_range(2):
+        dr = zero
+        for c in tl.static_range(DV_PAD // BLOCK_DV):
+            v = _load_rows(v_base + c * BLOCK_DV, row0, N, D - c * BLOCK_DV, stride_vn, BLOCK_N, BLOCK_DV, ACC)
+            dr = _mm(v, tl.trans(_state_block(dstate_base, half, c, BLOCK_D, BLOCK_DV, DV_PAD, ACC)), dr, ACC, DOT)
+        dmean = _load_vec(dmean_ptr + (bh * 2 + half) * BLOCK_D, BLOCK_D, ACC)
+        dh = (_rope_t(dr, sin, cos, BLOCK_N, BLOCK_D) + dmean[None, :]) * inv_n
+        if half == 0:
+            dk += _key_halves_bwd(k, dh, zero, alpha, COS)
+        else:
+            dk += _key_halves_bwd(k, zero, dh, alpha, COS)
+    _store_rows(dk_ptr + bh * N * D, dk, row0, N, D, D, BLOCK_N, BLOCK_D)
 
 
 # ----------------------------------------------------------------------------------------------

@@ -56,9 +56,9 @@ class Tuning:
 # Small token blocks and 8 warps by default. Time grew with the block (H200, d = 64, 'ieee', 4
 # warps: forward + backward 22.5 / 10.2 / 3.4 ms at BLOCK_N = 64 / 32 / 16 for 2 heads x 82,944
 # tokens), and spills explain it: compiled for sm_90 (tools/analysis/kernel_resources.py), the
-# five kernels spill 7.2 KB per thread at d = 64 with 4 warps and 28 B with 8 ('ieee', bf16
+# five kernels spill 7.6 KB per thread at d = 64 with 4 warps and 16 B with 8 ('ieee', bf16
 # inputs); none at d = 32. At d = 96 (tiles padded to 128) every tuning spills, least 'bf16' or
-# 'tf32' with 8 warps (1.2-1.3 KB, against 19 KB for 'ieee'). The operands follow the inputs
+# 'tf32' with 8 warps (1.1-1.2 KB, against 18 KB for 'ieee'). The operands follow the inputs
 # ('auto'): only single-pass tensor-core products can come near the bandwidth bound (README).
 _current = Tuning()
 
