@@ -418,8 +418,9 @@ def test_gradient_checkpointing_with_fused_stages():
         torch.testing.assert_close(grads[1][name], grad, rtol=1e-5, atol=1e-6 * grad.abs().max().item(), msg=name)
 
 
-def test_model_with_triton_stages_matches_default():
-    """nalaformer_xt with fused NaLa stages gives the default model's logits and input gradients."""
+def test_model_with_triton_stages_matches_default(launches):
+    """nalaformer_xt with fused NaLa stages gives the default model's logits and input gradients; its
+    attention modules give the kernels their token grid, so the RoPE table is read through its factors."""
     torch.manual_seed(0)
     default = timm.create_model('nalaformer_xt').eval().to(DEVICE)
     fused_model = timm.create_model('nalaformer_xt', attn_types=('nala_triton', 'nala_triton', 'softmax', 'softmax'))
@@ -433,11 +434,25 @@ def test_model_with_triton_stages_matches_default():
     logits = default(x_default)
     logits_fused = fused_model(x_fused)
     torch.testing.assert_close(logits_fused, logits, rtol=1e-4, atol=1e-4)
+    assert {launch.rope_args for launch in launches} == {(16, 16), (8, 8)}  # grid widths of stages 1 and 2
     logits.square().sum().backward()
     logits_fused.square().sum().backward()
     # Input gradients pass through the whole network (on a GPU: TF32, non-deterministic convolution backward).
     torch.testing.assert_close(x_fused.grad, x_default.grad, rtol=1e-3, atol=1e-3 * x_default.grad.abs().max().item())
 
+
+def test_nala_swin_with_triton_linear_stages_matches_default(launches):
+    """NaLa-Swin's global-attention stages with the fused kernel: same logits, grid reads of the table."""
+    torch.manual_seed(0)
+    config = dict(embed_dim=16, depths=(1, 1, 1, 1), num_heads=(1, 2, 2, 4), attn_layout='LLSS')
+    default = timm.create_model('nala_swin_tiny', **config).eval().to(DEVICE)
+    fused_model = timm.create_model('nala_swin_tiny', linear_kernel='nala_triton', **config)
+    fused_model.load_state_dict(default.state_dict())
+    fused_model = fused_model.eval().to(DEVICE)
+    x = torch.randn(2, 3, 64, 96, device=DEVICE)  # linear stages: 16 x 24 and 8 x 12 tokens
+    with torch.no_grad():
+        torch.testing.assert_close(fused_model(x), default(x), rtol=1e-4, atol=1e-4)
+    assert {launch.rope_args for launch in launches} == {(24, 24), (12, 12)}
 
 def test_model_with_triton_stages_under_bf16_autocast(launches):
     """Under bfloat16 autocast the fused stages take bf16 q, k, v and multiply bf16 operands ('auto'), and
