@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # The GPU checks of the fused Triton kernels (kernels/) in one run, at most 9 minutes (one device call) on
-# one H200: the kernel tests in compiled mode, the benchmark at the issue's sizes (batch 1, 2
-# heads) and at a training-like batch, a per-launcher time breakdown, and a tuning sweep.
+# one H200: the benchmark at the issue's sizes (batch 1, 2 heads) and at a training-like batch, a
+# per-launcher time breakdown, a tuning sweep, then the kernel tests in compiled mode (timings
+# first: they are what only a GPU can give).
 #
-#   OUT=runs/gpu_kernels bash scripts/gpu_kernel_checks.sh        (step limits: 170 + 110 + 60 + 200 s)
+#   OUT=runs/gpu_kernels bash scripts/gpu_kernel_checks.sh        (step limits: 110 + 60 + 200 + 170 s)
 #
 # Run from the repository root on a machine with a CUDA GPU whose python3 has torch, triton,
 # timm, pytest, matplotlib and tqdm (the package itself is installed here without dependencies).
@@ -33,9 +34,6 @@ python3 -c 'import nalaformer.kernels.nala_triton, timm; print("nalaformer ok, t
 nvidia-smi --query-gpu=name,memory.total,clocks.max.sm,clocks.max.mem --format=csv 2>&1 | tee -a "$LOG"
 python3 -c 'import torch, triton; print("torch", torch.__version__, "triton", triton.__version__)' 2>&1 | tee -a "$LOG"
 
-step 'kernel tests, compiled'
-timeout 170 python3 -m pytest -q -p no:cacheprovider tests/test_triton_kernels.py 2>&1 | tail -n 40 | tee -a "$LOG"
-
 step 'benchmark: batch 1, 2 heads, N = 3,136 .. 82,944, errors and breakdown'
 timeout 110 "${BENCH[@]}" --check --breakdown --out-dir "$OUT/b1h2" 2>&1 | grep -v '%|' | tee -a "$LOG"
 
@@ -46,4 +44,7 @@ timeout 60 "${BENCH[@]}" --batch 16 --heads 4 --sides 56 128 --breakdown --out-d
 step 'tuning sweep: block_n x warps x dot, fused kernel only'
 timeout 200 "${BENCH[@]}" --batch 16 --heads 4 --sides 56 128 --methods nala_triton --sweep --repeats 5 \
     --out-dir "$OUT/sweep" 2>&1 | grep -v '%|' | tee -a "$LOG"
+
+step 'kernel tests, compiled'
+timeout 170 python3 -m pytest -q -p no:cacheprovider tests/test_triton_kernels.py 2>&1 | tail -n 40 | tee -a "$LOG"
 step done
