@@ -202,10 +202,10 @@ class NaLaTritonKernel(AttentionKernel):
         half = (torch.float16, torch.bfloat16)
         q, k, v = (x if x.dtype in half else x.float() for x in (q, k, v))
         rope = rope.float()
+        if not triton_supported(q, k, v, rope):
+            return super().forward(q, k, v, rope)  # the PyTorch reference (attend)
         with torch.autocast('cuda', enabled=False), torch.autocast('cpu', enabled=False):
-            if triton_supported(q, k, v, rope):
-                return self.fused(q, k, v, rope, grid)
-            return self.attend(q.float(), k.float(), v.float(), rope)
+            return self.fused(q, k, v, rope, grid)
 
     def fused(self, q, k, v, rope, grid):
         return nala_attention(q, k, v, rope, self.tuning, grid)

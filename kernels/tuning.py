@@ -12,7 +12,7 @@ from typing import Iterator, Optional, Tuple
 import torch
 
 __all__ = ['DOT_MODES', 'Tuning', 'check_dot_support', 'current_tuning', 'feature_blocks',
-           'float32_matmul_uses_tf32', 'resolve_dot', 'use_tuning']
+           'float32_matmul_uses_tf32', 'has_tensor_cores', 'resolve_dot', 'use_tuning']
 
 # Operands of the tile products; a Tuning may also say 'auto' (see resolve_dot).
 DOT_MODES = ('ieee', 'tf32x3', 'tf32', 'bf16')
@@ -123,7 +123,7 @@ def resolve_dot(dot: str, dtype: torch.dtype, capability: Optional[Tuple[int, in
         if capability is not None:
             check_dot_support(dot, capability)
         return dot
-    if capability is not None and tuple(capability) < (8, 0):
+    if capability is not None and not has_tensor_cores(capability):
         return 'ieee'
     if dtype == torch.bfloat16:
         return 'bf16'
@@ -132,9 +132,14 @@ def resolve_dot(dot: str, dtype: torch.dtype, capability: Optional[Tuple[int, in
     return 'ieee'
 
 
+def has_tensor_cores(capability: Tuple[int, int]) -> bool:
+    """Whether a GPU of this compute capability multiplies TF32 and bfloat16 on tensor cores (sm_80+)."""
+    return tuple(capability) >= (8, 0)
+
+
 def check_dot_support(dot: str, capability: Tuple[int, int]) -> None:
     """Raise a clear error where a GPU of this compute capability has no tensor cores for ``dot``."""
-    if dot != 'ieee' and tuple(capability) < (8, 0):
+    if dot != 'ieee' and not has_tensor_cores(capability):
         raise ValueError(
             f"dot={dot!r} needs TF32 / bfloat16 tensor cores (compute capability 8.0 or newer), but this GPU is "
             f"sm_{capability[0]}{capability[1]}: use dot='ieee'")

@@ -418,14 +418,22 @@ def test_gradient_checkpointing_with_fused_stages():
         torch.testing.assert_close(grads[1][name], grad, rtol=1e-5, atol=1e-6 * grad.abs().max().item(), msg=name)
 
 
+FUSED_XT_STAGES = ('nala_triton', 'nala_triton', 'softmax', 'softmax')
+
+
+def reference_and_fused(model_name, config=None, **fused_kernels):
+    """(model with the reference kernels, the same model and weights with ``fused_kernels``), in eval mode on DEVICE."""
+    torch.manual_seed(0)
+    config = config or {}
+    default = timm.create_model(model_name, **config).eval().to(DEVICE)
+    fused_model = timm.create_model(model_name, **fused_kernels, **config)
+    fused_model.load_state_dict(default.state_dict())
+    return default, fused_model.eval().to(DEVICE)
+
 def test_model_with_triton_stages_matches_default(launches):
     """nalaformer_xt with fused NaLa stages gives the default model's logits and input gradients; its
     attention modules give the kernels their token grid, so the RoPE table is read through its factors."""
-    torch.manual_seed(0)
-    default = timm.create_model('nalaformer_xt').eval().to(DEVICE)
-    fused_model = timm.create_model('nalaformer_xt', attn_types=('nala_triton', 'nala_triton', 'softmax', 'softmax'))
-    fused_model.load_state_dict(default.state_dict())
-    fused_model = fused_model.eval().to(DEVICE)
+    default, fused_model = reference_and_fused('nalaformer_xt', attn_types=FUSED_XT_STAGES)
     kernels = [type(m).__name__ for name, m in fused_model.named_modules() if name.endswith('attn.kernel')]
     assert kernels[:4] == ['NaLaTritonKernel'] * 4 and 'NaLaTritonKernel' not in kernels[4:]
     x = torch.randn(2, 3, 32, 64, device=DEVICE)  # stage 1: 8 x 16 tokens, stage 2: 4 x 8
@@ -443,25 +451,19 @@ def test_model_with_triton_stages_matches_default(launches):
 
 def test_nala_swin_with_triton_linear_stages_matches_default(launches):
     """NaLa-Swin's global-attention stages with the fused kernel: same logits, grid reads of the table."""
-    torch.manual_seed(0)
-    config = dict(embed_dim=16, depths=(1, 1, 1, 1), num_heads=(1, 2, 2, 4), attn_layout='LLSS')
-    default = timm.create_model('nala_swin_tiny', **config).eval().to(DEVICE)
-    fused_model = timm.create_model('nala_swin_tiny', linear_kernel='nala_triton', **config)
-    fused_model.load_state_dict(default.state_dict())
-    fused_model = fused_model.eval().to(DEVICE)
+    default, fused_model = reference_and_fused(
+        'nala_swin_tiny', linear_kernel='nala_triton',
+        config=dict(embed_dim=16, depths=(1, 1, 1, 1), num_heads=(1, 2, 2, 4), attn_layout='LLSS'))
     x = torch.randn(2, 3, 64, 96, device=DEVICE)  # linear stages: 16 x 24 and 8 x 12 tokens
     with torch.no_grad():
         torch.testing.assert_close(fused_model(x), default(x), rtol=1e-4, atol=1e-4)
     assert {launch.rope_args for launch in launches} == {(24, 24), (12, 12)}
 
+
 def test_model_with_triton_stages_under_bf16_autocast(launches):
     """Under bfloat16 autocast the fused stages take bf16 q, k, v and multiply bf16 operands ('auto'), and
     the logits stay as close to the float32 model's as those of the reference kernel under autocast."""
-    torch.manual_seed(0)
-    default = timm.create_model('nalaformer_xt').eval().to(DEVICE)
-    fused_model = timm.create_model('nalaformer_xt', attn_types=('nala_triton', 'nala_triton', 'softmax', 'softmax'))
-    fused_model.load_state_dict(default.state_dict())
-    fused_model = fused_model.eval().to(DEVICE)
+    default, fused_model = reference_and_fused('nalaformer_xt', attn_types=FUSED_XT_STAGES)
     x = torch.randn(2, 3, 32, 64, device=DEVICE)
     with torch.no_grad():
         exact = default(x)
