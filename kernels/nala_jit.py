@@ -108,18 +108,43 @@ def _load_vec(base, BLOCK_D: tl.constexpr, ACC: tl.constexpr):
 
 
 @triton.jit
+def _operand(x, DOT: tl.constexpr):
+    """x as the tile products take it (idempotent): rounded to bfloat16 or TF32 where ``DOT`` says."""
+    if _INTERPRETED and (DOT == 'bf16' or DOT == 'tf32'):
+        # The interpreter has neither bfloat16 tile products nor TF32: round here, and multiply in
+        # float32, where the products of rounded values are exact (the tensor-core result up to
+        # summation order).
+        return _rounded(x.to(tl.float32), 16 if DOT == 'bf16' else 13)
+    elif DOT == 'bf16':
+        return x.to(tl.bfloat16)
+    else:
+        return x
+
+
+@triton.jit
 def _mm(a, b, acc, ACC: tl.constexpr, DOT: tl.constexpr):
     """acc + a @ b, accumulated in ACC, with operands as the resolved ``dot`` tuning says (see :class:`Tuning`)."""
     if _INTERPRETED and (DOT == 'bf16' or DOT == 'tf32'):
-        # The interpreter has neither bfloat16 tile products nor TF32; products of the rounded
-        # values are exact in float32, so this gives the tensor-core result up to summation order.
-        dropped: tl.constexpr = 16 if DOT == 'bf16' else 13
-        out = tl.dot(_rounded(a, dropped), _rounded(b, dropped), acc, input_precision='ieee', out_dtype=ACC)
+        out = tl.dot(_operand(a, DOT), _operand(b, DOT), acc, input_precision='ieee', out_dtype=ACC)
     elif DOT == 'bf16':
-        out = tl.dot(a.to(tl.bfloat16), b.to(tl.bfloat16), acc, out_dtype=ACC)
+        out = tl.dot(_operand(a, DOT), _operand(b, DOT), acc, out_dtype=ACC)
     else:
         out = tl.dot(a, b, acc, input_precision=DOT, out_dtype=ACC)
     return out
+
+
+@triton.jit
+def _state_operand(held, base, half, block, BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr, DV_PAD: tl.constexpr,
+                   ACC: tl.constexpr):
+    """Value block ``block`` of half ``half`` of a (2, BLOCK_D, DV_PAD) state as a tile-product operand.
+
+    A state of one value block (head dims up to 64) is loaded once by a program and ``held`` for
+    all its token blocks; a wider one is loaded here, where it is used (``held`` unused).
+    """
+    if DV_PAD == BLOCK_DV:
+        return held
+    else:
+        return _state_block(base, half, block, BLOCK_D, BLOCK_DV, DV_PAD, ACC)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -297,16 +322,107 @@ def _query_tile(q_base, rope_ptr, mean_base, row0, N, D, rope_group, rope_period
 
 
 # ----------------------------------------------------------------------------------------------
+# One token block of the kernels that go through the tokens block by block (forward output,
+# query and key gradients). ``held1``, ``held2``: see _state_operand.
+# ----------------------------------------------------------------------------------------------
+@triton.jit
+def _output_rows(q_base, rope_ptr, mean_base, state_base, held1, held2, out_base, row0, N, D, rope_group,
+                 rope_period, stride_qn, alpha, COS: tl.constexpr, ACC: tl.constexpr, DOT: tl.constexpr,
+                 BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr, DV_PAD: tl.constexpr):
+    """Output rows row0.. = R phi_q . state / (phi_q . mean + eps)."""
+    _, _, _, r1, r2, z, _, _ = _query_tile(q_base, rope_ptr, mean_base, row0, N, D, rope_group, rope_period,
+                                           stride_qn, alpha, COS, ACC, BLOCK_N, BLOCK_D)
+    for c in tl.static_range(DV_PAD // BLOCK_DV):
+        num = _mm(r1, _state_operand(held1, state_base, 0, c, BLOCK_D, BLOCK_DV, DV_PAD, ACC),
+                  tl.zeros((BLOCK_N, BLOCK_DV), ACC), ACC, DOT)
+        num = _mm(r2, _state_operand(held2, state_base, 1, c, BLOCK_D, BLOCK_DV, DV_PAD, ACC), num, ACC, DOT)
+        _store_rows(out_base + c * BLOCK_DV, num / z[:, None], row0, N, D - c * BLOCK_DV, D, BLOCK_N, BLOCK_DV)
+
+
+@triton.jit
+def _query_grad_rows(q_base, g_base, rope_ptr, mean_base, state_base, held1, held2, dq_base, row0, N, D,
+                     rope_group, rope_period, stride_qn, stride_gn, alpha, COS: tl.constexpr, ACC: tl.constexpr,
+                     DOT: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr,
+                     DV_PAD: tl.constexpr):
+    """Store dq of rows row0..; return their parts of d mean = -sum_i (g_i . out_i / z_i) phi_q_i, per half.
+
+    With g the output gradient: d(R phi_q)_i = state g_i / z_i, d phi_q_i (normaliser) = -(g_i . out_i / z_i) mean.
+    """
+    q, h1, h2, _, _, z, sin, cos = _query_tile(q_base, rope_ptr, mean_base, row0, N, D, rope_group, rope_period,
+                                               stride_qn, alpha, COS, ACC, BLOCK_N, BLOCK_D)
+    sg1 = tl.zeros((BLOCK_N, BLOCK_D), ACC)  # state g, per half
+    sg2 = tl.zeros((BLOCK_N, BLOCK_D), ACC)
+    for c in tl.static_range(DV_PAD // BLOCK_DV):
+        g = _load_rows(g_base + c * BLOCK_DV, row0, N, D - c * BLOCK_DV, stride_gn, BLOCK_N, BLOCK_DV, ACC)
+        sg1 = _mm(g, tl.trans(_state_operand(held1, state_base, 0, c, BLOCK_D, BLOCK_DV, DV_PAD, ACC)), sg1, ACC,
+                  DOT)
+        sg2 = _mm(g, tl.trans(_state_operand(held2, state_base, 1, c, BLOCK_D, BLOCK_DV, DV_PAD, ACC)), sg2, ACC,
+                  DOT)
+    t1 = _rope_t(sg1, sin, cos, BLOCK_N, BLOCK_D)  # R^T state g
+    t2 = _rope_t(sg2, sin, cos, BLOCK_N, BLOCK_D)
+    # g . out z = g . (R phi_q)^T state = phi_q . R^T state g: the numerator is not needed again.
+    inv_z = (1.0 / z)[:, None]
+    w = tl.sum(h1 * t1 + h2 * t2, axis=1)[:, None] * inv_z * inv_z
+    d1 = t1 * inv_z - w * _load_vec(mean_base, BLOCK_D, ACC)[None, :]
+    d2 = t2 * inv_z - w * _load_vec(mean_base + BLOCK_D, BLOCK_D, ACC)[None, :]
+    _store_rows(dq_base, _query_halves_bwd(q, d1, d2, alpha, COS), row0, N, D, D, BLOCK_N, BLOCK_D)
+    return -tl.sum(w * h1, axis=0), -tl.sum(w * h2, axis=0)
+
+
+@triton.jit
+def _key_grad_rows(k_base, v_base, rope_ptr, dstate_base, held1, held2, dmean_base, dk_base, dv_base, row0, N, D,
+                   rope_group, rope_period, stride_kn, stride_vn, alpha, COS: tl.constexpr, ACC: tl.constexpr,
+                   DOT: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr,
+                   DV_PAD: tl.constexpr):
+    """Store dv_j = d state^T R_j phi_k_j / N and dk_j from d phi_k_j = (R_j^T d state v_j + d mean) / N, rows row0.."""
+    inv_n = 1.0 / N.to(ACC)
+    k = _load_rows(k_base, row0, N, D, stride_kn, BLOCK_N, BLOCK_D, ACC)
+    sin, cos = _load_rope(rope_ptr, row0, N, D, rope_group, rope_period, BLOCK_N, BLOCK_D, ACC)
+    h1, h2 = _key_halves(k, alpha, COS)
+    r1 = _rope(h1, sin, cos, BLOCK_N, BLOCK_D)
+    r2 = _rope(h2, sin, cos, BLOCK_N, BLOCK_D)
+    for c in tl.static_range(DV_PAD // BLOCK_DV):
+        dv = _mm(r1, _state_operand(held1, dstate_base, 0, c, BLOCK_D, BLOCK_DV, DV_PAD, ACC),
+                 tl.zeros((BLOCK_N, BLOCK_DV), ACC), ACC, DOT)
+        dv = _mm(r2, _state_operand(held2, dstate_base, 1, c, BLOCK_D, BLOCK_DV, DV_PAD, ACC), dv, ACC, DOT)
+        _store_rows(dv_base + c * BLOCK_DV, dv * inv_n, row0, N, D - c * BLOCK_DV, D, BLOCK_N, BLOCK_DV)
+    # dk is linear in the gradients of the two halves: taking them one at a time keeps a single
+    # (BLOCK_N, BLOCK_D) gradient tile live (fewer spills at d = 96).
+    zero = tl.zeros((BLOCK_N, BLOCK_D), ACC)
+    dk = zero
+    for half in tl.static_range(2):
+        dr = zero
+        for c in tl.static_range(DV_PAD // BLOCK_DV):
+            v = _load_rows(v_base + c * BLOCK_DV, row0, N, D - c * BLOCK_DV, stride_vn, BLOCK_N, BLOCK_DV, ACC)
+            if half == 0:
+                dstate = _state_operand(held1, dstate_base, 0, c, BLOCK_D, BLOCK_DV, DV_PAD, ACC)
+            else:
+                dstate = _state_operand(held2, dstate_base, 1, c, BLOCK_D, BLOCK_DV, DV_PAD, ACC)
+            dr = _mm(v, tl.trans(dstate), dr, ACC, DOT)
+        dmean = _load_vec(dmean_base + half * BLOCK_D, BLOCK_D, ACC)
+        dh = (_rope_t(dr, sin, cos, BLOCK_N, BLOCK_D) + dmean[None, :]) * inv_n
+        if half == 0:
+            dk += _key_halves_bwd(k, dh, zero, alpha, COS)
+        else:
+            dk += _key_halves_bwd(k, zero, dh, alpha, COS)
+    _store_rows(dk_base, dk, row0, N, D, D, BLOCK_N, BLOCK_D)
+
+
+# ----------------------------------------------------------------------------------------------
 # Kernels. Program axis 0 is batch * head; q, k, v, dout are addressed by (batch, head, token)
-# strides with a unit stride over the head dim; state-like buffers are contiguous.
+# strides with a unit stride over the head dim; state-like buffers are contiguous. The kernels over
+# token blocks hold a state of one value block (d <= 64) in registers and go through a range of
+# token blocks with it: loaded for each block instead, it would be 32 KB from L2 per 16 tokens at
+# d = 64, several times the bytes of q, k, v. A wider state does not fit: one block per program,
+# the state read where it is used (a loop there made ptxas spill kilobytes at d = 96).
 # ----------------------------------------------------------------------------------------------
 @triton.jit(do_not_specialize=['N'])
 def _forward_state_kernel(
         k_ptr, v_ptr, rope_ptr, state_ptr, ksum_ptr, H, N, D, rope_group, rope_period,
-        stride_kb, stride_kh, stride_kn, stride_vb, stride_vh, stride_vn, alpha, blocks_per_split,
+        stride_kb, stride_kh, stride_kn, stride_vb, stride_vh, stride_vn, alpha, blocks_per_program,
         COS: tl.constexpr, ACC: tl.constexpr, DOT: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
         BLOCK_DV: tl.constexpr, DV_PAD: tl.constexpr):
-    """Pass 1, grid (B*H, splits, value blocks): partial state (2, BLOCK_D, BLOCK_DV) and key sums (2, BLOCK_D)."""
+    """Pass 1, grid (B*H, token ranges, value blocks): partial state (2, BLOCK_D, BLOCK_DV) and key sums (2, BLOCK_D)."""
     bh = tl.program_id(0).to(tl.int64)  # offsets past 2^31 elements
     split = tl.program_id(1)
     vblock = tl.program_id(2)
@@ -317,8 +433,9 @@ def _forward_state_kernel(
     acc2 = tl.zeros((BLOCK_D, BLOCK_DV), ACC)
     sum1 = tl.zeros((BLOCK_D,), ACC)
     sum2 = tl.zeros((BLOCK_D,), ACC)
-    for i in range(blocks_per_split):
-        row0 = (split * blocks_per_split + i) * BLOCK_N
+    first = split * blocks_per_program
+    for block in range(first, tl.minimum(first + blocks_per_program, tl.cdiv(N, BLOCK_N))):
+        row0 = block * BLOCK_N
         k = _load_rows(k_base, row0, N, D, stride_kn, BLOCK_N, BLOCK_D, ACC)
         v = _load_rows(v_base, row0, N, D - vblock * BLOCK_DV, stride_vn, BLOCK_N, BLOCK_DV, ACC) * inv_sqrt_n
         sin, cos = _load_rope(rope_ptr, row0, N, D, rope_group, rope_period, BLOCK_N, BLOCK_D, ACC)
@@ -338,70 +455,70 @@ def _forward_state_kernel(
 @triton.jit
 def _forward_output_kernel(
         q_ptr, rope_ptr, state_ptr, mean_ptr, out_ptr, H, N, D, rope_group, rope_period,
-        stride_qb, stride_qh, stride_qn, alpha,
+        stride_qb, stride_qh, stride_qn, alpha, blocks_per_program,
         COS: tl.constexpr, ACC: tl.constexpr, DOT: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
         BLOCK_DV: tl.constexpr, DV_PAD: tl.constexpr):
-    """Pass 2, grid (B*H, token blocks): out rows = R phi_q . state / (phi_q . mean + eps)."""
+    """Pass 2, grid (B*H, token ranges): out = R phi_q . state / (phi_q . mean + eps)."""
     bh = tl.program_id(0).to(tl.int64)  # offsets past 2^31 elements
-    row0 = tl.program_id(1) * BLOCK_N
     q_base = _head(q_ptr, bh, H, stride_qb, stride_qh)
-    _, _, _, r1, r2, z, _, _ = _query_tile(q_base, rope_ptr, mean_ptr + bh * 2 * BLOCK_D, row0, N, D, rope_group,
-                                           rope_period, stride_qn, alpha, COS, ACC, BLOCK_N, BLOCK_D)
+    mean_base = mean_ptr + bh * 2 * BLOCK_D
     state_base = state_ptr + bh * 2 * BLOCK_D * DV_PAD
-    for c in tl.static_range(DV_PAD // BLOCK_DV):
-        num = _mm(r1, _state_block(state_base, 0, c, BLOCK_D, BLOCK_DV, DV_PAD, ACC),
-                  tl.zeros((BLOCK_N, BLOCK_DV), ACC), ACC, DOT)
-        num = _mm(r2, _state_block(state_base, 1, c, BLOCK_D, BLOCK_DV, DV_PAD, ACC), num, ACC, DOT)
-        _store_rows(out_ptr + bh * N * D + c * BLOCK_DV, num / z[:, None], row0, N, D - c * BLOCK_DV, D,
-                    BLOCK_N, BLOCK_DV)
+    out_base = out_ptr + bh * N * D
+    if DV_PAD == BLOCK_DV:
+        held1 = _operand(_state_block(state_base, 0, 0, BLOCK_D, BLOCK_DV, DV_PAD, ACC), DOT)
+        held2 = _operand(_state_block(state_base, 1, 0, BLOCK_D, BLOCK_DV, DV_PAD, ACC), DOT)
+        first = tl.program_id(1) * blocks_per_program
+        for block in range(first, tl.minimum(first + blocks_per_program, tl.cdiv(N, BLOCK_N))):
+            _output_rows(q_base, rope_ptr, mean_base, state_base, held1, held2, out_base, block * BLOCK_N, N, D,
+                         rope_group, rope_period, stride_qn, alpha, COS, ACC, DOT, BLOCK_N, BLOCK_D, BLOCK_DV, DV_PAD)
+    else:
+        _output_rows(q_base, rope_ptr, mean_base, state_base, 0.0, 0.0, out_base, tl.program_id(1) * BLOCK_N, N, D,
+                     rope_group, rope_period, stride_qn, alpha, COS, ACC, DOT, BLOCK_N, BLOCK_D, BLOCK_DV, DV_PAD)
 
 
 @triton.jit
 def _backward_query_kernel(
         q_ptr, g_ptr, rope_ptr, state_ptr, mean_ptr, dq_ptr, dmean_ptr, H, N, D, rope_group, rope_period,
-        stride_qb, stride_qh, stride_qn, stride_gb, stride_gh, stride_gn, alpha,
+        stride_qb, stride_qh, stride_qn, stride_gb, stride_gh, stride_gn, alpha, blocks_per_program,
         COS: tl.constexpr, ACC: tl.constexpr, DOT: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
         BLOCK_DV: tl.constexpr, DV_PAD: tl.constexpr):
-    """Grid (B*H, token blocks): dq of the block, and its part of d mean = -sum_i (g_i . out_i / z_i) phi_q_i.
-
-    With g the output gradient: d(R phi_q)_i = state g_i / z_i, d phi_q_i (normaliser) = -(g_i . out_i / z_i) mean.
-    """
+    """Grid (B*H, token ranges): dq of the range, and its part of d mean (2, BLOCK_D)."""
     bh = tl.program_id(0).to(tl.int64)  # offsets past 2^31 elements
-    row0 = tl.program_id(1) * BLOCK_N
     q_base = _head(q_ptr, bh, H, stride_qb, stride_qh)
     g_base = _head(g_ptr, bh, H, stride_gb, stride_gh)
     mean_base = mean_ptr + bh * 2 * BLOCK_D
-    q, h1, h2, _, _, z, sin, cos = _query_tile(q_base, rope_ptr, mean_base, row0, N, D, rope_group, rope_period,
-                                               stride_qn, alpha, COS, ACC, BLOCK_N, BLOCK_D)
     state_base = state_ptr + bh * 2 * BLOCK_D * DV_PAD
-    sg1 = tl.zeros((BLOCK_N, BLOCK_D), ACC)  # state g, per half
-    sg2 = tl.zeros((BLOCK_N, BLOCK_D), ACC)
-    for c in tl.static_range(DV_PAD // BLOCK_DV):
-        g = _load_rows(g_base + c * BLOCK_DV, row0, N, D - c * BLOCK_DV, stride_gn, BLOCK_N, BLOCK_DV, ACC)
-        sg1 = _mm(g, tl.trans(_state_block(state_base, 0, c, BLOCK_D, BLOCK_DV, DV_PAD, ACC)), sg1, ACC, DOT)
-        sg2 = _mm(g, tl.trans(_state_block(state_base, 1, c, BLOCK_D, BLOCK_DV, DV_PAD, ACC)), sg2, ACC, DOT)
-    t1 = _rope_t(sg1, sin, cos, BLOCK_N, BLOCK_D)  # R^T state g
-    t2 = _rope_t(sg2, sin, cos, BLOCK_N, BLOCK_D)
-    # g . out z = g . (R phi_q)^T state = phi_q . R^T state g: the numerator is not needed again.
-    inv_z = (1.0 / z)[:, None]
-    w = tl.sum(h1 * t1 + h2 * t2, axis=1)[:, None] * inv_z * inv_z
-    d1 = t1 * inv_z - w * _load_vec(mean_base, BLOCK_D, ACC)[None, :]
-    d2 = t2 * inv_z - w * _load_vec(mean_base + BLOCK_D, BLOCK_D, ACC)[None, :]
-    dq = _query_halves_bwd(q, d1, d2, alpha, COS)
-    _store_rows(dq_ptr + bh * N * D, dq, row0, N, D, D, BLOCK_N, BLOCK_D)
+    dq_base = dq_ptr + bh * N * D
+    if DV_PAD == BLOCK_DV:
+        held1 = _operand(_state_block(state_base, 0, 0, BLOCK_D, BLOCK_DV, DV_PAD, ACC), DOT)
+        held2 = _operand(_state_block(state_base, 1, 0, BLOCK_D, BLOCK_DV, DV_PAD, ACC), DOT)
+        dmean1 = tl.zeros((BLOCK_D,), ACC)
+        dmean2 = tl.zeros((BLOCK_D,), ACC)
+        first = tl.program_id(1) * blocks_per_program
+        for block in range(first, tl.minimum(first + blocks_per_program, tl.cdiv(N, BLOCK_N))):
+            part1, part2 = _query_grad_rows(
+                q_base, g_base, rope_ptr, mean_base, state_base, held1, held2, dq_base, block * BLOCK_N, N, D,
+                rope_group, rope_period, stride_qn, stride_gn, alpha, COS, ACC, DOT, BLOCK_N, BLOCK_D, BLOCK_DV,
+                DV_PAD)
+            dmean1 += part1
+            dmean2 += part2
+    else:
+        dmean1, dmean2 = _query_grad_rows(
+            q_base, g_base, rope_ptr, mean_base, state_base, 0.0, 0.0, dq_base, tl.program_id(1) * BLOCK_N, N, D,
+            rope_group, rope_period, stride_qn, stride_gn, alpha, COS, ACC, DOT, BLOCK_N, BLOCK_D, BLOCK_DV, DV_PAD)
     dmean_base = dmean_ptr + (bh * tl.num_programs(1) + tl.program_id(1)) * 2 * BLOCK_D
     offs = tl.arange(0, BLOCK_D)
-    tl.store(dmean_base + offs, -tl.sum(w * h1, axis=0))
-    tl.store(dmean_base + BLOCK_D + offs, -tl.sum(w * h2, axis=0))
+    tl.store(dmean_base + offs, dmean1)
+    tl.store(dmean_base + BLOCK_D + offs, dmean2)
 
 
 @triton.jit
 def _backward_state_kernel(
         q_ptr, g_ptr, rope_ptr, mean_ptr, dstate_ptr, H, N, D, rope_group, rope_period,
-        stride_qb, stride_qh, stride_qn, stride_gb, stride_gh, stride_gn, alpha, blocks_per_split,
+        stride_qb, stride_qh, stride_qn, stride_gb, stride_gh, stride_gn, alpha, blocks_per_program,
         COS: tl.constexpr, ACC: tl.constexpr, DOT: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
         BLOCK_DV: tl.constexpr, DV_PAD: tl.constexpr):
-    """Grid (B*H, splits, value blocks): partial d state = sum_i R_i phi_q_i (g_i / z_i)^T."""
+    """Grid (B*H, token ranges, value blocks): partial d state = sum_i R_i phi_q_i (g_i / z_i)^T."""
     bh = tl.program_id(0).to(tl.int64)  # offsets past 2^31 elements
     split = tl.program_id(1)
     vblock = tl.program_id(2)
@@ -409,8 +526,9 @@ def _backward_state_kernel(
     g_base = _head(g_ptr, bh, H, stride_gb, stride_gh) + vblock * BLOCK_DV
     acc1 = tl.zeros((BLOCK_D, BLOCK_DV), ACC)
     acc2 = tl.zeros((BLOCK_D, BLOCK_DV), ACC)
-    for i in range(blocks_per_split):
-        row0 = (split * blocks_per_split + i) * BLOCK_N
+    first = split * blocks_per_program
+    for block in range(first, tl.minimum(first + blocks_per_program, tl.cdiv(N, BLOCK_N))):
+        row0 = block * BLOCK_N
         _, _, _, r1, r2, z, _, _ = _query_tile(q_base, rope_ptr, mean_ptr + bh * 2 * BLOCK_D, row0, N, D,
                                                rope_group, rope_period, stride_qn, alpha, COS, ACC, BLOCK_N, BLOCK_D)
         g = _load_rows(g_base, row0, N, D - vblock * BLOCK_DV, stride_gn, BLOCK_N, BLOCK_DV, ACC) / z[:, None]
@@ -422,43 +540,27 @@ def _backward_state_kernel(
 @triton.jit(do_not_specialize=['N'])
 def _backward_key_kernel(
         k_ptr, v_ptr, rope_ptr, dstate_ptr, dmean_ptr, dk_ptr, dv_ptr, H, N, D, rope_group, rope_period,
-        stride_kb, stride_kh, stride_kn, stride_vb, stride_vh, stride_vn, alpha,
+        stride_kb, stride_kh, stride_kn, stride_vb, stride_vh, stride_vn, alpha, blocks_per_program,
         COS: tl.constexpr, ACC: tl.constexpr, DOT: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
         BLOCK_DV: tl.constexpr, DV_PAD: tl.constexpr):
-    """Grid (B*H, token blocks): dv_j = d state^T R_j phi_k_j / N, d phi_k_j = R_j^T d state v_j / N + d mean / N."""
+    """Grid (B*H, token ranges): dk and dv of the range."""
     bh = tl.program_id(0).to(tl.int64)  # offsets past 2^31 elements
-    row0 = tl.program_id(1) * BLOCK_N
-    inv_n = 1.0 / N.to(ACC)
     k_base = _head(k_ptr, bh, H, stride_kb, stride_kh)
     v_base = _head(v_ptr, bh, H, stride_vb, stride_vh)
-    k = _load_rows(k_base, row0, N, D, stride_kn, BLOCK_N, BLOCK_D, ACC)
-    sin, cos = _load_rope(rope_ptr, row0, N, D, rope_group, rope_period, BLOCK_N, BLOCK_D, ACC)
-    h1, h2 = _key_halves(k, alpha, COS)
-    r1 = _rope(h1, sin, cos, BLOCK_N, BLOCK_D)
-    r2 = _rope(h2, sin, cos, BLOCK_N, BLOCK_D)
     dstate_base = dstate_ptr + bh * 2 * BLOCK_D * DV_PAD
-    for c in tl.static_range(DV_PAD // BLOCK_DV):
-        dv = _mm(r1, _state_block(dstate_base, 0, c, BLOCK_D, BLOCK_DV, DV_PAD, ACC),
-                 tl.zeros((BLOCK_N, BLOCK_DV), ACC), ACC, DOT)
-        dv = _mm(r2, _state_block(dstate_base, 1, c, BLOCK_D, BLOCK_DV, DV_PAD, ACC), dv, ACC, DOT)
-        _store_rows(dv_ptr + bh * N * D + c * BLOCK_DV, dv * inv_n, row0, N, D - c * BLOCK_DV, D, BLOCK_N,
-                    BLOCK_DV)
-    # dk is linear in the gradients of the two halves: taking them one at a time keeps a single
-    # (BLOCK_N, BLOCK_D) gradient tile live (fewer spills at d = 96).
-    zero = tl.zeros((BLOCK_N, BLOCK_D), ACC)
-    dk = zero
-    for half in tl.static_range(2):
-        dr = zero
-        for c in tl.static_range(DV_PAD // BLOCK_DV):
-            v = _load_rows(v_base + c * BLOCK_DV, row0, N, D - c * BLOCK_DV, stride_vn, BLOCK_N, BLOCK_DV, ACC)
-            dr = _mm(v, tl.trans(_state_block(dstate_base, half, c, BLOCK_D, BLOCK_DV, DV_PAD, ACC)), dr, ACC, DOT)
-        dmean = _load_vec(dmean_ptr + (bh * 2 + half) * BLOCK_D, BLOCK_D, ACC)
-        dh = (_rope_t(dr, sin, cos, BLOCK_N, BLOCK_D) + dmean[None, :]) * inv_n
-        if half == 0:
-            dk += _key_halves_bwd(k, dh, zero, alpha, COS)
-        else:
-            dk += _key_halves_bwd(k, zero, dh, alpha, COS)
-    _store_rows(dk_ptr + bh * N * D, dk, row0, N, D, D, BLOCK_N, BLOCK_D)
+    dmean_base = dmean_ptr + bh * 2 * BLOCK_D
+    if DV_PAD == BLOCK_DV:
+        held1 = _operand(_state_block(dstate_base, 0, 0, BLOCK_D, BLOCK_DV, DV_PAD, ACC), DOT)
+        held2 = _operand(_state_block(dstate_base, 1, 0, BLOCK_D, BLOCK_DV, DV_PAD, ACC), DOT)
+        first = tl.program_id(1) * blocks_per_program
+        for block in range(first, tl.minimum(first + blocks_per_program, tl.cdiv(N, BLOCK_N))):
+            _key_grad_rows(k_base, v_base, rope_ptr, dstate_base, held1, held2, dmean_base, dk_ptr + bh * N * D,
+                           dv_ptr + bh * N * D, block * BLOCK_N, N, D, rope_group, rope_period, stride_kn, stride_vn,
+                           alpha, COS, ACC, DOT, BLOCK_N, BLOCK_D, BLOCK_DV, DV_PAD)
+    else:
+        _key_grad_rows(k_base, v_base, rope_ptr, dstate_base, 0.0, 0.0, dmean_base, dk_ptr + bh * N * D,
+                       dv_ptr + bh * N * D, tl.program_id(1) * BLOCK_N, N, D, rope_group, rope_period, stride_kn,
+                       stride_vn, alpha, COS, ACC, DOT, BLOCK_N, BLOCK_D, BLOCK_DV, DV_PAD)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -490,15 +592,24 @@ class _Launch:
             BLOCK_N=self.block_n, BLOCK_D=self.block_d, BLOCK_DV=self.block_dv, DV_PAD=self.dv_pad,
             num_warps=tune.num_warps, num_stages=tune.num_stages)
 
-    def splits(self) -> Tuple[int, int]:
-        """(token blocks per program, programs) for the token reductions: enough programs to fill the GPU."""
-        programs = self.bh * (self.dv_pad // self.block_dv)
-        target = self.tuning.reduction_programs
+    def token_ranges(self, value_blocks: int = 1) -> Tuple[int, int]:
+        """(token blocks per program, programs per head and value block) of a launch over the tokens.
+
+        The tokens of each head are split into ranges of whole blocks so that the launch has about
+        ``tuning.programs`` programs (None: two per SM on a GPU, else one range per head).
+        """
+        programs = self.bh * value_blocks
+        target = self.tuning.programs
         if target is None and not INTERPRETED and self.device.type == 'cuda':
             target = 2 * torch.cuda.get_device_properties(self.device).multi_processor_count
         wanted = (target or programs) // programs
-        per_split = triton.cdiv(self.token_blocks, max(1, min(wanted, self.token_blocks)))
-        return per_split, triton.cdiv(self.token_blocks, per_split)
+        per_program = triton.cdiv(self.token_blocks, max(1, min(wanted, self.token_blocks)))
+        return per_program, triton.cdiv(self.token_blocks, per_program)
+
+    def block_ranges(self) -> Tuple[int, int]:
+        """:meth:`token_ranges` of the kernels over token blocks, which take ranges only when they can hold the
+        state (one value block), else one token block per program."""
+        return self.token_ranges() if self.dv_pad == self.block_dv else (1, self.token_blocks)
 
     def empty(self, *shape: int) -> torch.Tensor:
         return torch.empty(*shape, device=self.device, dtype=self.acc_dtype)
@@ -513,12 +624,13 @@ def forward_state(k: torch.Tensor, v: torch.Tensor, rope: torch.Tensor, grid_wid
                   alpha: Optional[float], tune: Tuning):
     """Pass 1: (state (B*H, 2, BLOCK_D, DV_PAD), mean of phi_k (B*H, 2, BLOCK_D)), padded with zeros."""
     cfg = _Launch(k, grid_width, alpha, tune)
-    per_split, n_splits = cfg.splits()
-    state = cfg.empty(cfg.bh, n_splits, 2, cfg.block_d, cfg.dv_pad)
-    ksum = cfg.empty(cfg.bh, n_splits, 2, cfg.block_d)
-    grid = (cfg.bh, n_splits, cfg.dv_pad // cfg.block_dv)
-    _forward_state_kernel[grid](k, v, rope, state, ksum, cfg.heads, cfg.n, cfg.d, *cfg.rope_args, *_strides(k),
-                                *_strides(v), cfg.alpha, per_split, **cfg.meta)
+    value_blocks = cfg.dv_pad // cfg.block_dv
+    per_program, ranges = cfg.token_ranges(value_blocks)
+    state = cfg.empty(cfg.bh, ranges, 2, cfg.block_d, cfg.dv_pad)
+    ksum = cfg.empty(cfg.bh, ranges, 2, cfg.block_d)
+    _forward_state_kernel[(cfg.bh, ranges, value_blocks)](
+        k, v, rope, state, ksum, cfg.heads, cfg.n, cfg.d, *cfg.rope_args, *_strides(k), *_strides(v), cfg.alpha,
+        per_program, **cfg.meta)
     return state.sum(1), ksum.sum(1) / cfg.n
 
 
@@ -526,40 +638,44 @@ def forward_output(q: torch.Tensor, rope: torch.Tensor, grid_width: Optional[int
                    mean: torch.Tensor, alpha: Optional[float], tune: Tuning) -> torch.Tensor:
     """Pass 2: out (B, H, N, d) in the compute dtype."""
     cfg = _Launch(q, grid_width, alpha, tune)
+    per_program, ranges = cfg.block_ranges()
     out = cfg.empty(cfg.batch, cfg.heads, cfg.n, cfg.d)
-    _forward_output_kernel[(cfg.bh, cfg.token_blocks)](q, rope, state, mean, out, cfg.heads, cfg.n, cfg.d,
-                                                       *cfg.rope_args, *_strides(q), cfg.alpha, **cfg.meta)
+    _forward_output_kernel[(cfg.bh, ranges)](q, rope, state, mean, out, cfg.heads, cfg.n, cfg.d, *cfg.rope_args,
+                                             *_strides(q), cfg.alpha, per_program, **cfg.meta)
     return out
 
 
 def backward_query(q, dout, rope, grid_width, state, mean, alpha, tune):
     """(dq like q, d mean (B*H, 2, BLOCK_D))."""
     cfg = _Launch(q, grid_width, alpha, tune)
+    per_program, ranges = cfg.block_ranges()
     dq = torch.empty_like(q, memory_format=torch.contiguous_format)
-    dmean = cfg.empty(cfg.bh, cfg.token_blocks, 2, cfg.block_d)
-    _backward_query_kernel[(cfg.bh, cfg.token_blocks)](
+    dmean = cfg.empty(cfg.bh, ranges, 2, cfg.block_d)
+    _backward_query_kernel[(cfg.bh, ranges)](
         q, dout, rope, state, mean, dq, dmean, cfg.heads, cfg.n, cfg.d, *cfg.rope_args, *_strides(q),
-        *_strides(dout), cfg.alpha, **cfg.meta)
+        *_strides(dout), cfg.alpha, per_program, **cfg.meta)
     return dq, dmean.sum(1)
 
 
 def backward_state(q, dout, rope, grid_width, mean, alpha, tune):
     """d state (B*H, 2, BLOCK_D, DV_PAD)."""
     cfg = _Launch(q, grid_width, alpha, tune)
-    per_split, n_splits = cfg.splits()
-    dstate = cfg.empty(cfg.bh, n_splits, 2, cfg.block_d, cfg.dv_pad)
-    grid = (cfg.bh, n_splits, cfg.dv_pad // cfg.block_dv)
-    _backward_state_kernel[grid](q, dout, rope, mean, dstate, cfg.heads, cfg.n, cfg.d, *cfg.rope_args,
-                                 *_strides(q), *_strides(dout), cfg.alpha, per_split, **cfg.meta)
+    value_blocks = cfg.dv_pad // cfg.block_dv
+    per_program, ranges = cfg.token_ranges(value_blocks)
+    dstate = cfg.empty(cfg.bh, ranges, 2, cfg.block_d, cfg.dv_pad)
+    _backward_state_kernel[(cfg.bh, ranges, value_blocks)](
+        q, dout, rope, mean, dstate, cfg.heads, cfg.n, cfg.d, *cfg.rope_args, *_strides(q), *_strides(dout),
+        cfg.alpha, per_program, **cfg.meta)
     return dstate.sum(1)
 
 
 def backward_key(k, v, rope, grid_width, dstate, dmean, alpha, tune):
     """(dk like k, dv like v)."""
     cfg = _Launch(k, grid_width, alpha, tune)
+    per_program, ranges = cfg.block_ranges()
     dk = torch.empty_like(k, memory_format=torch.contiguous_format)
     dv = torch.empty_like(v, memory_format=torch.contiguous_format)
-    _backward_key_kernel[(cfg.bh, cfg.token_blocks)](
+    _backward_key_kernel[(cfg.bh, ranges)](
         k, v, rope, dstate, dmean, dk, dv, cfg.heads, cfg.n, cfg.d, *cfg.rope_args, *_strides(k), *_strides(v),
-        cfg.alpha, **cfg.meta)
+        cfg.alpha, per_program, **cfg.meta)
     return dk, dv

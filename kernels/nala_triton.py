@@ -84,7 +84,7 @@ def _compute_dtype(x: torch.Tensor) -> torch.dtype:
 # into Triton's launcher or interpreter) and described to it by their fake (shape-only) versions.
 # A Tuning travels as its fields, since operator schemas take only plain types.
 def _tuning_args(tune: Tuning) -> tuple:
-    return tune.block_n, tune.num_warps, tune.num_stages, tune.dot, tune.reduction_programs
+    return tune.block_n, tune.num_warps, tune.num_stages, tune.dot, tune.programs
 
 
 def _grid_width(grid: Optional[Tuple[int, int]], n: int) -> Optional[int]:
@@ -102,9 +102,9 @@ def _grid_width(grid: Optional[Tuple[int, int]], n: int) -> Optional[int]:
 @torch.library.custom_op('nalaformer::nala_attention_forward', mutates_args=())
 def _forward_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, rope: torch.Tensor, grid_width: Optional[int],
                 alpha: Optional[float], block_n: int, num_warps: int, num_stages: int, dot: str,
-                reduction_programs: Optional[int]) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+                programs: Optional[int]) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Two passes over the tokens: (out (B, H, N, d), state (B*H, 2, BLOCK_D, DV_PAD), mean (B*H, 2, BLOCK_D))."""
-    tune = Tuning(block_n, num_warps, num_stages, dot, reduction_programs)
+    tune = Tuning(block_n, num_warps, num_stages, dot, programs)
     q, k, v = (_head_dim_contiguous(x) for x in (q, k, v))
     rope = rope.to(_compute_dtype(q)).contiguous()
     jit = _jit()
@@ -113,7 +113,7 @@ def _forward_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, rope: torch.T
 
 
 @_forward_op.register_fake
-def _forward_fake(q, k, v, rope, grid_width, alpha, block_n, num_warps, num_stages, dot, reduction_programs):
+def _forward_fake(q, k, v, rope, grid_width, alpha, block_n, num_warps, num_stages, dot, programs):
     batch, heads, _, d = q.shape
     block_d, _, dv_pad = feature_blocks(d)
     dtype = _compute_dtype(q)
@@ -125,9 +125,9 @@ def _forward_fake(q, k, v, rope, grid_width, alpha, block_n, num_warps, num_stag
 def _backward_op(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, rope: torch.Tensor,
                  grid_width: Optional[int], state: torch.Tensor, mean: torch.Tensor, alpha: Optional[float],
                  block_n: int, num_warps: int, num_stages: int, dot: str,
-                 reduction_programs: Optional[int]) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+                 programs: Optional[int]) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Three passes, recomputing the feature maps: (dq, dk, dv) like q, k, v."""
-    tune = Tuning(block_n, num_warps, num_stages, dot, reduction_programs)
+    tune = Tuning(block_n, num_warps, num_stages, dot, programs)
     q, k, v = (_head_dim_contiguous(x) for x in (q, k, v))
     rope = rope.to(state.dtype).contiguous()
     dout = _head_dim_contiguous(dout.to(state.dtype))
@@ -140,7 +140,7 @@ def _backward_op(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.
 
 @_backward_op.register_fake
 def _backward_fake(dout, q, k, v, rope, grid_width, state, mean, alpha, block_n, num_warps, num_stages, dot,
-                   reduction_programs):
+                   programs):
     return tuple(torch.empty_like(x, memory_format=torch.contiguous_format) for x in (q, k, v))
 
 

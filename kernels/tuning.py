@@ -30,15 +30,18 @@ class Tuning:
     on tensor cores), or 'auto' (the default): what PyTorch's own matmul would use for the
     inputs, see :func:`resolve_dot`. TF32 needs sm_80 or newer, bf16 tensor cores too. float64
     inputs always use 'ieee'.
-    reduction_programs: programs wanted for each token reduction (the state and its gradient),
-    which split the tokens of a head into ranges summed afterwards; None: two per SM on a GPU,
-    one per head and value block otherwise.
+    programs: about how many programs each kernel launch runs. The tokens of every head are
+    split into ranges of token blocks, one range per program, so that all heads (and value
+    blocks) together make about this many; sums over tokens are added up afterwards, and a
+    program that multiplies by the state loads it once for its range (head dims up to 64; at
+    larger ones such kernels take one token block per program). None: two per SM on a GPU,
+    one range per head otherwise.
     """
     block_n: int = 16
     num_warps: int = 8
     num_stages: int = 3
     dot: str = 'auto'
-    reduction_programs: Optional[int] = None
+    programs: Optional[int] = None
 
     def __post_init__(self):
         if self.block_n < 16 or self.block_n & (self.block_n - 1):
@@ -49,16 +52,16 @@ class Tuning:
             raise ValueError(f'num_stages must be >= 1, got {self.num_stages}')
         if self.dot not in ('auto',) + DOT_MODES:
             raise ValueError(f"dot must be 'auto' or one of {DOT_MODES}, got {self.dot!r}")
-        if self.reduction_programs is not None and self.reduction_programs < 1:
-            raise ValueError(f'reduction_programs must be None or >= 1, got {self.reduction_programs}')
+        if self.programs is not None and self.programs < 1:
+            raise ValueError(f'programs must be None or >= 1, got {self.programs}')
 
 
 # Small token blocks and 8 warps by default. Time grew with the block (H200, d = 64, 'ieee', 4
 # warps: forward + backward 22.5 / 10.2 / 3.4 ms at BLOCK_N = 64 / 32 / 16 for 2 heads x 82,944
 # tokens), and spills explain it: compiled for sm_90 (tools/analysis/kernel_resources.py), the
-# five kernels spill 7.6 KB per thread at d = 64 with 4 warps and 16 B with 8 ('ieee', bf16
+# five kernels spill 1.5 KB per thread at d = 64 with 4 warps and none with 8 ('ieee', bf16
 # inputs); none at d = 32. At d = 96 (tiles padded to 128) every tuning spills, least 'bf16' or
-# 'tf32' with 8 warps (1.1-1.2 KB, against 18 KB for 'ieee'). The operands follow the inputs
+# 'tf32' with 8 warps (1.1 KB, against 18 KB for 'ieee'). The operands follow the inputs
 # ('auto'): only single-pass tensor-core products can come near the bandwidth bound (README).
 _current = Tuning()
 

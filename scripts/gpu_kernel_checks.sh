@@ -41,9 +41,9 @@ step 'benchmark: batch 16, 4 heads (64 heads in all), N = 3,136 and 16,384'
 timeout 60 "${BENCH[@]}" --batch 16 --heads 4 --sides 56 128 --breakdown --out-dir "$OUT/b16h4" 2>&1 \
     | grep -v '%|' | tee -a "$LOG"
 
-step 'tuning sweep: block_n x warps x dot, fused kernel only'
+step 'tuning sweep: block_n x warps x programs (132 SMs on an H200: 1, 2, 4, 8 per SM), bf16 products'
 timeout 200 "${BENCH[@]}" --batch 16 --heads 4 --sides 56 128 --methods nala_triton --sweep --repeats 5 \
-    --out-dir "$OUT/sweep" 2>&1 | grep -v '%|' | tee -a "$LOG"
+    --sweep-dot bf16 --sweep-programs 132 264 528 1056 --out-dir "$OUT/sweep" 2>&1 | grep -v '%|' | tee -a "$LOG"
 
 step 'kernel tests, compiled'
 timeout 170 python3 -m pytest -q -p no:cacheprovider tests/test_triton_kernels.py 2>&1 | tail -n 40 | tee -a "$LOG"

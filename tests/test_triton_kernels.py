@@ -180,14 +180,26 @@ def test_zero_query_and_key_rows():
     check_against_reference(q, k, v, rope, alpha=20.0)
 
 
-@pytest.mark.parametrize('programs', [2, 1000])
-def test_token_reduction_split_across_programs(programs):
-    """Splitting the token sums over several programs (as on a GPU) gives the same result."""
+@pytest.mark.parametrize('programs,per_program', [(1, 3), (2, 2), (3, 1), (1000, 1)])
+def test_tokens_split_across_programs(programs, per_program):
+    """Every kernel going through ranges of token blocks (as on a GPU), the last one short, computes the same."""
     q, k, v, rope = make_inputs(1, 1, 5, 9, 32)  # 45 tokens: 3 blocks of 16
-    with nala_triton.use_tuning(reduction_programs=programs):
+    with nala_triton.use_tuning(programs=programs):
         launch = nala_jit._Launch(q, None, None, nala_triton.current_tuning())
-        assert launch.splits() == ((2, 2) if programs == 2 else (1, 3))
+        assert launch.token_ranges() == launch.block_ranges() == (per_program, -(-3 // per_program))
         check_against_reference(q, k, v, rope)
+
+
+@pytest.mark.parametrize('head_dim,block_ranges', [(64, (2, 2)), (96, (1, 3))])
+def test_token_ranges_of_several_heads(head_dim, block_ranges):
+    """Ranges of two blocks in every (batch, head); at d = 96 (two value blocks) the kernels over token blocks
+    cannot hold the state and take one block per program."""
+    q, k, v, rope = make_inputs(2, 2, 5, 9, head_dim)  # 4 heads of 45 tokens: ranges of 2 + 1 blocks
+    with nala_triton.use_tuning(programs=8):
+        launch = nala_jit._Launch(q, None, None, nala_triton.current_tuning())
+        assert launch.token_ranges() == (2, 2) and launch.block_ranges() == block_ranges
+        check_against_reference(q, k, v, rope)
+        check_against_reference(q, k, v, rope, alpha=20.0)
 
 
 @pytest.mark.parametrize('block_n,num_warps,alpha,shape', [
@@ -197,7 +209,7 @@ def test_token_reduction_split_across_programs(programs):
 ])
 def test_token_block_sizes(block_n, num_warps, alpha, shape):
     """Other token block sizes and warp counts compute the same function."""
-    with nala_triton.use_tuning(block_n=block_n, num_warps=num_warps, reduction_programs=2):
+    with nala_triton.use_tuning(block_n=block_n, num_warps=num_warps, programs=2):
         check_against_reference(*make_inputs(*shape), alpha=alpha)
 
 
@@ -311,7 +323,7 @@ def test_tensor_core_dots_need_sm80():
     ('block_n', 24, 'power of two'), ('block_n', 8, 'power of two'), ('num_warps', 3, 'num_warps'),
     ('num_stages', 0, 'num_stages'),
     ('dot', 'fp8', "dot must be 'auto' or one of ('ieee', 'tf32x3', 'tf32', 'bf16')"),
-    ('reduction_programs', 0, '>= 1'),
+    ('programs', 0, '>= 1'),
 ])
 def test_tuning_rejects_bad_values(field, value, message):
     with pytest.raises(ValueError, match=message.replace('(', r'\(').replace(')', r'\)')):
@@ -483,15 +495,18 @@ def test_benchmark_tool_smoke(tmp_path, capsys):
     tool = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(tool)
     tool.main(['--tiny', '--check', '--breakdown', '--sweep', '--sweep-block-n', '16', '32', '--sweep-warps', '4',
-               '--sweep-dot', 'ieee', '--dot', 'tf32', '--device', DEVICE, '--out-dir', str(tmp_path)])
+               '--sweep-dot', 'ieee', '--sweep-programs', '1', '2', '--dot', 'tf32', '--programs', '3',
+               '--device', DEVICE, '--out-dir', str(tmp_path)])
     results = json.loads((tmp_path / 'benchmark_kernels.json').read_text())
     assert results['config']['tuning']['dot'] == results['config']['dot_resolved'] == 'tf32'
+    assert results['config']['tuning']['programs'] == 3
     assert nala_triton.current_tuning() == nala_triton.Tuning()
     assert [set(b['time_ms']) for b in results['breakdown']] == [
         {'forward_state', 'forward_output', 'backward_query', 'backward_state', 'backward_key'}] * len(tool.TINY_SIDES)
-    sweep = [(r['n'], r['mode'], r['tuning']['block_n']) for r in results['sweep'] if r['status'] == 'ok']
-    assert sorted(sweep) == sorted((s * s, mode, block_n) for s in tool.TINY_SIDES for mode in tool.MODES
-                                   for block_n in (16, 32))
+    sweep = [(r['n'], r['mode'], r['tuning']['block_n'], r['tuning']['programs'])
+             for r in results['sweep'] if r['status'] == 'ok']
+    assert sorted(sweep) == sorted((s * s, mode, block_n, programs) for s in tool.TINY_SIDES for mode in tool.MODES
+                                   for block_n in (16, 32) for programs in (1, 2))
     assert 'forward_backward' in capsys.readouterr().out
     rows = results['rows']
     assert len(rows) == len(tool.TINY_SIDES) * len(tool.METHODS) * len(tool.MODES)

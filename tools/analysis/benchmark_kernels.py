@@ -17,11 +17,12 @@ and dq, dk, dv written) / median time, and its fraction of the device's peak whe
 The bandwidth bound is those bytes over the peak: ``x_bound`` = time / bound (1.0 would be
 running at the device's peak DRAM bandwidth).
 
-The fused kernel runs with the tuning given by ``--block-n --num-warps --num-stages --dot``
-(defaults: ``nalaformer.kernels.tuning.Tuning``). Two diagnostics on top:
+The fused kernel runs with the tuning given by ``--block-n --num-warps --num-stages --dot
+--programs`` (defaults: ``nalaformer.kernels.tuning.Tuning``). Two diagnostics on top:
     --breakdown  times each of the five launchers (kernel + its small reduction) alone
     --sweep      forward and forward + backward time of the fused kernel for every combination
-                 of --sweep-block-n x --sweep-warps x --sweep-dot (a compile failure is recorded)
+                 of --sweep-block-n x --sweep-warps x --sweep-dot x --sweep-programs (a compile
+                 failure is recorded)
 Results are printed as tables (ratios to the PyTorch reference of the same run) and saved.
 
 On CPU the Triton kernels run in the interpreter (``TRITON_INTERPRET=1`` is set here): only
@@ -80,11 +81,13 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     tuning.add_argument('--num-stages', type=int)
     tuning.add_argument('--dot', help="operands of the tile products: 'auto' (as PyTorch's matmul would for "
                         "--dtype), 'ieee', 'tf32x3', 'tf32' or 'bf16'")
+    tuning.add_argument('--programs', type=int, help='programs per kernel launch (default: two per SM)')
     parser.add_argument('--breakdown', action='store_true', help='also time each fused launcher alone')
     parser.add_argument('--sweep', action='store_true', help='also time the fused kernel over a tuning grid')
     parser.add_argument('--sweep-block-n', type=int, nargs='+', default=[16, 32])
     parser.add_argument('--sweep-warps', type=int, nargs='+', default=[4, 8])
     parser.add_argument('--sweep-dot', nargs='+', help='default: every dot mode')
+    parser.add_argument('--sweep-programs', type=int, nargs='+', help="default: the tuning's (two per SM)")
     args = parser.parse_args(argv)
     if args.tiny:
         args.sides, args.head_dim, args.warmup, args.repeats = list(TINY_SIDES), 32, 0, 1
@@ -231,10 +234,12 @@ def kernel_breakdown(args: argparse.Namespace, side: int) -> Dict[str, object]:
 
 def tuning_sweep(args: argparse.Namespace, side: int, peak_gbps) -> List[Dict[str, object]]:
     """Fused-kernel rows for every tuning of the sweep grid, each row tagged with its tuning."""
-    from nalaformer.kernels.tuning import DOT_MODES, use_tuning
+    from nalaformer.kernels.tuning import DOT_MODES, current_tuning, use_tuning
     rows = []
-    for block_n, warps, dot in itertools.product(args.sweep_block_n, args.sweep_warps, args.sweep_dot or DOT_MODES):
-        with use_tuning(block_n=block_n, num_warps=warps, dot=dot) as tune:
+    grid = itertools.product(args.sweep_block_n, args.sweep_warps, args.sweep_dot or DOT_MODES,
+                             args.sweep_programs or [current_tuning().programs])
+    for block_n, warps, dot, programs in grid:
+        with use_tuning(block_n=block_n, num_warps=warps, dot=dot, programs=programs) as tune:
             for mode in MODES:
                 row = measure(args, 'nala_triton', side, mode, peak_gbps)
                 row['tuning'] = dataclasses.asdict(tune)
@@ -275,7 +280,7 @@ def summary(results: Dict[str, object]) -> str:
         best = sorted((r for r in sweep if r['n'] == n), key=lambda r: r['time_ms'])[:5]
         lines.append(f'sweep N={n}, fastest forward + backward: ' + '; '.join(
             f"{r['time_ms']:.3f} ms (block_n {r['tuning']['block_n']}, warps {r['tuning']['num_warps']}, "
-            f"{r['tuning']['dot']})" for r in best))
+            f"{r['tuning']['dot']}, programs {r['tuning']['programs'] or 'default'})" for r in best))
     return '\n'.join(lines)
 
 
@@ -329,7 +334,7 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict[str, object]:
     from nalaformer.kernels.tuning import resolve_dot, use_tuning
     device_info = peak_bandwidth(torch.device(args.device))
     peak = device_info['peak_gbps']
-    changes = {name: getattr(args, name) for name in ('block_n', 'num_warps', 'num_stages', 'dot')
+    changes = {name: getattr(args, name) for name in ('block_n', 'num_warps', 'num_stages', 'dot', 'programs')
                if getattr(args, name) is not None}
     with use_tuning(**changes) as tune:
         config = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()}
