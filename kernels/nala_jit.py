@@ -340,16 +340,20 @@ def _output_rows(q_base, rope_ptr, mean_base, state_base, held1, held2, out_base
 
 
 @triton.jit
-def _query_grad_rows(q_base, g_base, rope_ptr, mean_base, state_base, held1, held2, dq_base, row0, N, D,
-                     rope_group, rope_period, stride_qn, stride_gn, alpha, COS: tl.constexpr, ACC: tl.constexpr,
-                     DOT: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr,
-                     DV_PAD: tl.constexpr):
-    """Store dq of rows row0..; return their parts of d mean = -sum_i (g_i . out_i / z_i) phi_q_i, per half.
+def _query_grad_rows(q_base, g_base, rope_ptr, mean_base, state_base, held1, held2, dstate1, dstate2, dq_base, row0,
+                     N, D, rope_group, rope_period, stride_qn, stride_gn, alpha, COS: tl.constexpr,
+                     ACC: tl.constexpr, DOT: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
+                     BLOCK_DV: tl.constexpr, DV_PAD: tl.constexpr):
+    """Store dq of rows row0..; return their parts of d mean = -sum_i (g_i . out_i / z_i) phi_q_i, per half, and
+    the d state accumulators (BLOCK_D, BLOCK_DV) dstate1, dstate2 plus sum_i R_i phi_q_i (g_i / z_i)^T.
 
     With g the output gradient: d(R phi_q)_i = state g_i / z_i, d phi_q_i (normaliser) = -(g_i . out_i / z_i) mean.
+    The d state sums only for a state of one value block (with it held); a wider one's gradient is
+    summed by _backward_state_kernel, and dstate1, dstate2 come back as they came.
     """
-    q, h1, h2, _, _, z, sin, cos = _query_tile(q_base, rope_ptr, mean_base, row0, N, D, rope_group, rope_period,
-                                               stride_qn, alpha, COS, ACC, BLOCK_N, BLOCK_D)
+    q, h1, h2, r1, r2, z, sin, cos = _query_tile(q_base, rope_ptr, mean_base, row0, N, D, rope_group, rope_period,
+                                                 stride_qn, alpha, COS, ACC, BLOCK_N, BLOCK_D)
+    inv_z = (1.0 / z)[:, None]
     sg1 = tl.zeros((BLOCK_N, BLOCK_D), ACC)  # state g, per half
     sg2 = tl.zeros((BLOCK_N, BLOCK_D), ACC)
     for c in tl.static_range(DV_PAD // BLOCK_DV):
@@ -358,15 +362,17 @@ def _query_grad_rows(q_base, g_base, rope_ptr, mean_base, state_base, held1, hel
                   DOT)
         sg2 = _mm(g, tl.trans(_state_operand(held2, state_base, 1, c, BLOCK_D, BLOCK_DV, DV_PAD, ACC)), sg2, ACC,
                   DOT)
+        if DV_PAD == BLOCK_DV:
+            dstate1 = _mm(tl.trans(r1), g * inv_z, dstate1, ACC, DOT)
+            dstate2 = _mm(tl.trans(r2), g * inv_z, dstate2, ACC, DOT)
     t1 = _rope_t(sg1, sin, cos, BLOCK_N, BLOCK_D)  # R^T state g
     t2 = _rope_t(sg2, sin, cos, BLOCK_N, BLOCK_D)
     # g . out z = g . (R phi_q)^T state = phi_q . R^T state g: the numerator is not needed again.
-    inv_z = (1.0 / z)[:, None]
     w = tl.sum(h1 * t1 + h2 * t2, axis=1)[:, None] * inv_z * inv_z
     d1 = t1 * inv_z - w * _load_vec(mean_base, BLOCK_D, ACC)[None, :]
     d2 = t2 * inv_z - w * _load_vec(mean_base + BLOCK_D, BLOCK_D, ACC)[None, :]
     _store_rows(dq_base, _query_halves_bwd(q, d1, d2, alpha, COS), row0, N, D, D, BLOCK_N, BLOCK_D)
-    return -tl.sum(w * h1, axis=0), -tl.sum(w * h2, axis=0)
+    return -tl.sum(w * h1, axis=0), -tl.sum(w * h2, axis=0), dstate1, dstate2
 
 
 @triton.jit
@@ -413,8 +419,10 @@ def _key_grad_rows(k_base, v_base, rope_ptr, dstate_base, held1, held2, dmean_ba
 # strides with a unit stride over the head dim; state-like buffers are contiguous. The kernels over
 # token blocks hold a state of one value block (d <= 64) in registers and go through a range of
 # token blocks with it: loaded for each block instead, it would be 32 KB from L2 per 16 tokens at
-# d = 64, several times the bytes of q, k, v. A wider state does not fit: one block per program,
-# the state read where it is used (a loop there made ptxas spill kilobytes at d = 96).
+# d = 64, several times the bytes of q, k, v; the query gradient then also sums d state, which
+# needs its phi_q, rotation, g and z. A wider state does not fit: one block per program, the state
+# read where it is used (a loop there made ptxas spill kilobytes at d = 96), and d state summed
+# in a pass of its own.
 # ----------------------------------------------------------------------------------------------
 @triton.jit(do_not_specialize=['N'])
 def _forward_state_kernel(
@@ -478,12 +486,14 @@ def _forward_output_kernel(
 
 @triton.jit
 def _backward_query_kernel(
-        q_ptr, g_ptr, rope_ptr, state_ptr, mean_ptr, dq_ptr, dmean_ptr, H, N, D, rope_group, rope_period,
+        q_ptr, g_ptr, rope_ptr, state_ptr, mean_ptr, dq_ptr, dmean_ptr, dstate_ptr, H, N, D, rope_group, rope_period,
         stride_qb, stride_qh, stride_qn, stride_gb, stride_gh, stride_gn, alpha, blocks_per_program,
         COS: tl.constexpr, ACC: tl.constexpr, DOT: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
         BLOCK_DV: tl.constexpr, DV_PAD: tl.constexpr):
-    """Grid (B*H, token ranges): dq of the range, and its part of d mean (2, BLOCK_D)."""
+    """Grid (B*H, token ranges): dq of the range, its part of d mean (2, BLOCK_D) and, for a state of one
+    value block, its partial d state (2, BLOCK_D, DV_PAD) (else _backward_state_kernel sums that)."""
     bh = tl.program_id(0).to(tl.int64)  # offsets past 2^31 elements
+    part = bh * tl.num_programs(1) + tl.program_id(1)
     q_base = _head(q_ptr, bh, H, stride_qb, stride_qh)
     g_base = _head(g_ptr, bh, H, stride_gb, stride_gh)
     mean_base = mean_ptr + bh * 2 * BLOCK_D
@@ -494,22 +504,25 @@ def _backward_query_kernel(
         held2 = _operand(_state_block(state_base, 1, 0, BLOCK_D, BLOCK_DV, DV_PAD, ACC), DOT)
         dmean1 = tl.zeros((BLOCK_D,), ACC)
         dmean2 = tl.zeros((BLOCK_D,), ACC)
+        dstate1 = tl.zeros((BLOCK_D, BLOCK_DV), ACC)
+        dstate2 = tl.zeros((BLOCK_D, BLOCK_DV), ACC)
         first = tl.program_id(1) * blocks_per_program
         for block in range(first, tl.minimum(first + blocks_per_program, tl.cdiv(N, BLOCK_N))):
-            part1, part2 = _query_grad_rows(
-                q_base, g_base, rope_ptr, mean_base, state_base, held1, held2, dq_base, block * BLOCK_N, N, D,
-                rope_group, rope_period, stride_qn, stride_gn, alpha, COS, ACC, DOT, BLOCK_N, BLOCK_D, BLOCK_DV,
-                DV_PAD)
+            part1, part2, dstate1, dstate2 = _query_grad_rows(
+                q_base, g_base, rope_ptr, mean_base, state_base, held1, held2, dstate1, dstate2, dq_base,
+                block * BLOCK_N, N, D, rope_group, rope_period, stride_qn, stride_gn, alpha, COS, ACC, DOT, BLOCK_N,
+                BLOCK_D, BLOCK_DV, DV_PAD)
             dmean1 += part1
             dmean2 += part2
+        _store_partial_state(dstate_ptr, part, 0, dstate1, dstate2, BLOCK_D, BLOCK_DV, DV_PAD)
     else:
-        dmean1, dmean2 = _query_grad_rows(
-            q_base, g_base, rope_ptr, mean_base, state_base, 0.0, 0.0, dq_base, tl.program_id(1) * BLOCK_N, N, D,
-            rope_group, rope_period, stride_qn, stride_gn, alpha, COS, ACC, DOT, BLOCK_N, BLOCK_D, BLOCK_DV, DV_PAD)
-    dmean_base = dmean_ptr + (bh * tl.num_programs(1) + tl.program_id(1)) * 2 * BLOCK_D
+        dmean1, dmean2, _, _ = _query_grad_rows(
+            q_base, g_base, rope_ptr, mean_base, state_base, 0.0, 0.0, 0.0, 0.0, dq_base, tl.program_id(1) * BLOCK_N,
+            N, D, rope_group, rope_period, stride_qn, stride_gn, alpha, COS, ACC, DOT, BLOCK_N, BLOCK_D, BLOCK_DV,
+            DV_PAD)
     offs = tl.arange(0, BLOCK_D)
-    tl.store(dmean_base + offs, dmean1)
-    tl.store(dmean_base + BLOCK_D + offs, dmean2)
+    tl.store(dmean_ptr + part * 2 * BLOCK_D + offs, dmean1)
+    tl.store(dmean_ptr + part * 2 * BLOCK_D + BLOCK_D + offs, dmean2)
 
 
 @triton.jit
@@ -518,7 +531,8 @@ def _backward_state_kernel(
         stride_qb, stride_qh, stride_qn, stride_gb, stride_gh, stride_gn, alpha, blocks_per_program,
         COS: tl.constexpr, ACC: tl.constexpr, DOT: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
         BLOCK_DV: tl.constexpr, DV_PAD: tl.constexpr):
-    """Grid (B*H, token ranges, value blocks): partial d state = sum_i R_i phi_q_i (g_i / z_i)^T."""
+    """Grid (B*H, token ranges, value blocks), for a state of several value blocks: partial d state
+    = sum_i R_i phi_q_i (g_i / z_i)^T."""
     bh = tl.program_id(0).to(tl.int64)  # offsets past 2^31 elements
     split = tl.program_id(1)
     vblock = tl.program_id(2)
@@ -606,10 +620,15 @@ class _Launch:
         per_program = triton.cdiv(self.token_blocks, max(1, min(wanted, self.token_blocks)))
         return per_program, triton.cdiv(self.token_blocks, per_program)
 
+    @property
+    def holds_state(self) -> bool:
+        """Whether the kernels over token blocks hold the state (one value block: d <= 64), see the kernels."""
+        return self.dv_pad == self.block_dv
+
     def block_ranges(self) -> Tuple[int, int]:
-        """:meth:`token_ranges` of the kernels over token blocks, which take ranges only when they can hold the
-        state (one value block), else one token block per program."""
-        return self.token_ranges() if self.dv_pad == self.block_dv else (1, self.token_blocks)
+        """:meth:`token_ranges` of the kernels over token blocks, which take ranges only when they hold the
+        state, else one token block per program."""
+        return self.token_ranges() if self.holds_state else (1, self.token_blocks)
 
     def empty(self, *shape: int) -> torch.Tensor:
         return torch.empty(*shape, device=self.device, dtype=self.acc_dtype)
@@ -646,20 +665,25 @@ def forward_output(q: torch.Tensor, rope: torch.Tensor, grid_width: Optional[int
 
 
 def backward_query(q, dout, rope, grid_width, state, mean, alpha, tune):
-    """(dq like q, d mean (B*H, 2, BLOCK_D))."""
+    """(dq like q, d mean (B*H, 2, BLOCK_D), d state (B*H, 2, BLOCK_D, DV_PAD)).
+
+    The query kernel sums d state too where it holds the state; else _backward_state_kernel does.
+    """
     cfg = _Launch(q, grid_width, alpha, tune)
     per_program, ranges = cfg.block_ranges()
     dq = torch.empty_like(q, memory_format=torch.contiguous_format)
     dmean = cfg.empty(cfg.bh, ranges, 2, cfg.block_d)
+    dstate = cfg.empty(cfg.bh, ranges, 2, cfg.block_d, cfg.dv_pad) if cfg.holds_state else None
     _backward_query_kernel[(cfg.bh, ranges)](
-        q, dout, rope, state, mean, dq, dmean, cfg.heads, cfg.n, cfg.d, *cfg.rope_args, *_strides(q),
+        q, dout, rope, state, mean, dq, dmean, dstate, cfg.heads, cfg.n, cfg.d, *cfg.rope_args, *_strides(q),
         *_strides(dout), cfg.alpha, per_program, **cfg.meta)
-    return dq, dmean.sum(1)
+    if cfg.holds_state:
+        return dq, dmean.sum(1), dstate.sum(1)
+    return dq, dmean.sum(1), _backward_state(q, dout, rope, cfg, mean)
 
 
-def backward_state(q, dout, rope, grid_width, mean, alpha, tune):
-    """d state (B*H, 2, BLOCK_D, DV_PAD)."""
-    cfg = _Launch(q, grid_width, alpha, tune)
+def _backward_state(q, dout, rope, cfg: _Launch, mean):
+    """d state (B*H, 2, BLOCK_D, DV_PAD) from its own pass over the tokens (a state of several value blocks)."""
     value_blocks = cfg.dv_pad // cfg.block_dv
     per_program, ranges = cfg.token_ranges(value_blocks)
     dstate = cfg.empty(cfg.bh, ranges, 2, cfg.block_d, cfg.dv_pad)

@@ -126,14 +126,13 @@ def _backward_op(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.
                  grid_width: Optional[int], state: torch.Tensor, mean: torch.Tensor, alpha: Optional[float],
                  block_n: int, num_warps: int, num_stages: int, dot: str,
                  programs: Optional[int]) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Three passes, recomputing the feature maps: (dq, dk, dv) like q, k, v."""
+    """Two passes (three for head dims over 64), recomputing the feature maps: (dq, dk, dv) like q, k, v."""
     tune = Tuning(block_n, num_warps, num_stages, dot, programs)
     q, k, v = (_head_dim_contiguous(x) for x in (q, k, v))
     rope = rope.to(state.dtype).contiguous()
     dout = _head_dim_contiguous(dout.to(state.dtype))
     jit = _jit()
-    dq, dmean = jit.backward_query(q, dout, rope, grid_width, state, mean, alpha, tune)
-    dstate = jit.backward_state(q, dout, rope, grid_width, mean, alpha, tune)
+    dq, dmean, dstate = jit.backward_query(q, dout, rope, grid_width, state, mean, alpha, tune)
     dk, dv = jit.backward_key(k, v, rope, grid_width, dstate, dmean, alpha, tune)
     return dq, dk, dv
 

@@ -58,10 +58,10 @@ class Tuning:
 
 # Small token blocks and 8 warps by default. Time grew with the block (H200, d = 64, 'ieee', 4
 # warps: forward + backward 22.5 / 10.2 / 3.4 ms at BLOCK_N = 64 / 32 / 16 for 2 heads x 82,944
-# tokens), and spills explain it: compiled for sm_90 (tools/analysis/kernel_resources.py), the
-# five kernels spill 1.5 KB per thread at d = 64 with 4 warps and none with 8 ('ieee', bf16
-# inputs); none at d = 32. At d = 96 (tiles padded to 128) every tuning spills, least 'bf16' or
-# 'tf32' with 8 warps (1.1 KB, against 18 KB for 'ieee'). The operands follow the inputs
+# tokens), and spills explain it. Compiled for sm_90 (tools/analysis/kernel_resources.py), bf16
+# inputs, the kernels spill at d = 64 with 'bf16' products 196 B per thread at 4 warps and none at
+# 8 ('ieee': 11 KB and 236 B). At d = 96 (tiles padded to 128) every tuning spills, least 'bf16'
+# or 'tf32' with 8 warps (1.1 KB, against 21 KB for 'ieee'). The operands follow the inputs
 # ('auto'): only single-pass tensor-core products can come near the bandwidth bound (README).
 _current = Tuning()
 

@@ -129,7 +129,7 @@ def test_nala_matches_reference_fp32(batch, heads, height, width, d):
 @pytest.mark.parametrize('batch,heads,height,width,d', SHAPES)
 @pytest.mark.parametrize('alpha', [None, 20.0])
 def test_grid_reads_of_the_rope_table_change_nothing(batch, heads, height, width, d, alpha):
-    """With grid=(H, W) all five kernels read rope_table's values through its H + W distinct rows only
+    """With grid=(H, W) all kernels read rope_table's values through its H + W distinct rows only
     (first halves of each grid row's first token, second halves of the first row): same bits, and
     the other rows of the table are never read."""
     q, k, v, rope = make_inputs(batch, heads, height, width, d)
@@ -202,6 +202,17 @@ def test_token_ranges_of_several_heads(head_dim, block_ranges):
         check_against_reference(q, k, v, rope, alpha=20.0)
 
 
+@pytest.mark.parametrize('head_dim,passes', [(64, 0), (96, 1)])
+def test_d_state_gets_its_own_pass_only_for_wide_heads(monkeypatch, head_dim, passes):
+    """The query-gradient kernel sums d state too where it holds the state (d <= 64); at d = 96 a pass of its own."""
+    calls = []
+    own_pass = nala_jit._backward_state
+    monkeypatch.setattr(nala_jit, '_backward_state', lambda *args: calls.append(args) or own_pass(*args))
+    q, k, v, rope = make_inputs(1, 1, 3, 5, head_dim)
+    fused(q, k, v, rope).sum().backward()
+    assert len(calls) == passes
+
+
 @pytest.mark.parametrize('block_n,num_warps,alpha,shape', [
     (32, 8, None, (1, 2, 5, 9, 96)),   # 45 tokens: a partial second block of 32
     (64, 4, 20.0, (2, 1, 3, 7, 64)),   # 21 tokens: one partial block of 64
@@ -253,7 +264,7 @@ def test_backward_uses_the_tuning_of_its_forward(launches):
     with nala_triton.use_tuning(block_n=32):
         out = fused(q, k, v, rope)
     out.sum().backward()
-    assert [launch.block_n for launch in launches] == [32] * 5  # forward state, output; backward query, state, key
+    assert [launch.block_n for launch in launches] == [32] * 4  # forward state, output; backward query, key
 
 
 def test_auto_dot_follows_the_inputs_and_pytorch_matmul_precision():
@@ -286,10 +297,10 @@ def test_auto_dot_follows_the_inputs_and_pytorch_matmul_precision():
 @pytest.mark.parametrize('dtype,expected', [(torch.bfloat16, 'bf16'), (torch.float16, 'tf32'),
                                             (torch.float32, 'ieee')])
 def test_default_tuning_launches_the_resolved_operands(launches, dtype, expected):
-    """The default ('auto') reaches all five kernels of a forward and backward as one resolved mode."""
+    """The default ('auto') reaches every launch of a forward and backward as one resolved mode."""
     q, k, v, rope = make_inputs(1, 1, 3, 5, 32, dtype=dtype)
     fused(q, k, v, rope).sum().backward()
-    assert [launch.dot for launch in launches] == [expected] * 5
+    assert [launch.dot for launch in launches] == [expected] * 4
 
 
 def test_kernel_tuning_from_model_kernel_kwargs():
@@ -502,7 +513,7 @@ def test_benchmark_tool_smoke(tmp_path, capsys):
     assert results['config']['tuning']['programs'] == 3
     assert nala_triton.current_tuning() == nala_triton.Tuning()
     assert [set(b['time_ms']) for b in results['breakdown']] == [
-        {'forward_state', 'forward_output', 'backward_query', 'backward_state', 'backward_key'}] * len(tool.TINY_SIDES)
+        {'forward_state', 'forward_output', 'backward_query', 'backward_key'}] * len(tool.TINY_SIDES)
     sweep = [(r['n'], r['mode'], r['tuning']['block_n'], r['tuning']['programs'])
              for r in results['sweep'] if r['status'] == 'ok']
     assert sorted(sweep) == sorted((s * s, mode, block_n, programs) for s in tool.TINY_SIDES for mode in tool.MODES

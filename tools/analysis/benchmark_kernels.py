@@ -19,7 +19,7 @@ running at the device's peak DRAM bandwidth).
 
 The fused kernel runs with the tuning given by ``--block-n --num-warps --num-stages --dot
 --programs`` (defaults: ``nalaformer.kernels.tuning.Tuning``). Two diagnostics on top:
-    --breakdown  times each of the five launchers (kernel + its small reduction) alone
+    --breakdown  times each of the four launchers (kernels + their small reductions) alone
     --sweep      forward and forward + backward time of the fused kernel for every combination
                  of --sweep-block-n x --sweep-warps x --sweep-dot x --sweep-programs (a compile
                  failure is recorded)
@@ -218,13 +218,11 @@ def kernel_breakdown(args: argparse.Namespace, side: int) -> Dict[str, object]:
     rope = rope.float().contiguous()
     state, mean = nala_jit.forward_state(k, v, rope, side, None, tune)
     dout = torch.randn_like(nala_jit.forward_output(q, rope, side, state, mean, None, tune))
-    dq, dmean = nala_jit.backward_query(q, dout, rope, side, state, mean, None, tune)
-    dstate = nala_jit.backward_state(q, dout, rope, side, mean, None, tune)
+    dq, dmean, dstate = nala_jit.backward_query(q, dout, rope, side, state, mean, None, tune)
     launchers = {
         'forward_state': lambda: nala_jit.forward_state(k, v, rope, side, None, tune),
         'forward_output': lambda: nala_jit.forward_output(q, rope, side, state, mean, None, tune),
         'backward_query': lambda: nala_jit.backward_query(q, dout, rope, side, state, mean, None, tune),
-        'backward_state': lambda: nala_jit.backward_state(q, dout, rope, side, mean, None, tune),
         'backward_key': lambda: nala_jit.backward_key(k, v, rope, side, dstate, dmean, None, tune),
     }
     times = {name: statistics.median(wall_times_ms(fn, q.device, args.warmup, args.repeats))
