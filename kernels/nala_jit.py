@@ -17,11 +17,12 @@ partial states added up in PyTorch. All arithmetic runs in ``ACC`` (float32, or 
 that the operands of the tile products may be rounded first (``DOT``, see :mod:`.tuning`).
 """
 import math
-from typing import Optional, Tuple
+from typing import Optional, Sequence, Tuple
 
 import torch
 import triton
 import triton.language as tl
+from triton.runtime.errors import OutOfResources
 
 from nalaformer.ops.nala import DIRECTION_EPS, LAMBDA, NORMALISER_EPS, TAU
 
@@ -633,6 +634,22 @@ class _Launch:
     def empty(self, *shape: int) -> torch.Tensor:
         return torch.empty(*shape, device=self.device, dtype=self.acc_dtype)
 
+    def run(self, kernel, grid: Tuple[int, ...], tensors: Sequence, strides: Sequence[int],
+            blocks_per_program: int) -> None:
+        """``kernel[grid](*tensors, H, N, D, rope_group, rope_period, *strides, alpha, blocks_per_program)``.
+
+        A tuning whose programs need more on-chip memory than this GPU has fails saying what to change.
+        """
+        try:
+            kernel[grid](*tensors, self.heads, self.n, self.d, *self.rope_args, *strides, self.alpha,
+                         blocks_per_program, **self.meta)
+        except OutOfResources as err:
+            raise RuntimeError(
+                f'{kernel.__name__} at head dim {self.d} with {self.tuning} (products: {self.dot!r}) needs '
+                f'{err.required} B of {err.name} per program, but this GPU has {err.limit} B. Products with '
+                f"dot='tf32x3' need the most (split operands): use dot='tf32', 'bf16' or 'ieee'; fewer num_stages "
+                'or num_warps need less') from err
+
 
 def _strides(x: torch.Tensor) -> Tuple[int, int, int]:
     assert x.stride(-1) == 1, 'the head dim must be contiguous'
@@ -647,9 +664,8 @@ def forward_state(k: torch.Tensor, v: torch.Tensor, rope: torch.Tensor, grid_wid
     per_program, ranges = cfg.token_ranges(value_blocks)
     state = cfg.empty(cfg.bh, ranges, 2, cfg.block_d, cfg.dv_pad)
     ksum = cfg.empty(cfg.bh, ranges, 2, cfg.block_d)
-    _forward_state_kernel[(cfg.bh, ranges, value_blocks)](
-        k, v, rope, state, ksum, cfg.heads, cfg.n, cfg.d, *cfg.rope_args, *_strides(k), *_strides(v), cfg.alpha,
-        per_program, **cfg.meta)
+    cfg.run(_forward_state_kernel, (cfg.bh, ranges, value_blocks), (k, v, rope, state, ksum),
+            _strides(k) + _strides(v), per_program)
     return state.sum(1), ksum.sum(1) / cfg.n
 
 
@@ -659,8 +675,7 @@ def forward_output(q: torch.Tensor, rope: torch.Tensor, grid_width: Optional[int
     cfg = _Launch(q, grid_width, alpha, tune)
     per_program, ranges = cfg.block_ranges()
     out = cfg.empty(cfg.batch, cfg.heads, cfg.n, cfg.d)
-    _forward_output_kernel[(cfg.bh, ranges)](q, rope, state, mean, out, cfg.heads, cfg.n, cfg.d, *cfg.rope_args,
-                                             *_strides(q), cfg.alpha, per_program, **cfg.meta)
+    cfg.run(_forward_output_kernel, (cfg.bh, ranges), (q, rope, state, mean, out), _strides(q), per_program)
     return out
 
 
@@ -674,9 +689,8 @@ def backward_query(q, dout, rope, grid_width, state, mean, alpha, tune):
     dq = torch.empty_like(q, memory_format=torch.contiguous_format)
     dmean = cfg.empty(cfg.bh, ranges, 2, cfg.block_d)
     dstate = cfg.empty(cfg.bh, ranges, 2, cfg.block_d, cfg.dv_pad) if cfg.holds_state else None
-    _backward_query_kernel[(cfg.bh, ranges)](
-        q, dout, rope, state, mean, dq, dmean, dstate, cfg.heads, cfg.n, cfg.d, *cfg.rope_args, *_strides(q),
-        *_strides(dout), cfg.alpha, per_program, **cfg.meta)
+    cfg.run(_backward_query_kernel, (cfg.bh, ranges), (q, dout, rope, state, mean, dq, dmean, dstate),
+            _strides(q) + _strides(dout), per_program)
     if cfg.holds_state:
         return dq, dmean.sum(1), dstate.sum(1)
     return dq, dmean.sum(1), _backward_state(q, dout, rope, cfg, mean)
@@ -687,9 +701,8 @@ def _backward_state(q, dout, rope, cfg: _Launch, mean):
     value_blocks = cfg.dv_pad // cfg.block_dv
     per_program, ranges = cfg.token_ranges(value_blocks)
     dstate = cfg.empty(cfg.bh, ranges, 2, cfg.block_d, cfg.dv_pad)
-    _backward_state_kernel[(cfg.bh, ranges, value_blocks)](
-        q, dout, rope, mean, dstate, cfg.heads, cfg.n, cfg.d, *cfg.rope_args, *_strides(q), *_strides(dout),
-        cfg.alpha, per_program, **cfg.meta)
+    cfg.run(_backward_state_kernel, (cfg.bh, ranges, value_blocks), (q, dout, rope, mean, dstate),
+            _strides(q) + _strides(dout), per_program)
     return dstate.sum(1)
 
 
@@ -699,7 +712,6 @@ def backward_key(k, v, rope, grid_width, dstate, dmean, alpha, tune):
     per_program, ranges = cfg.block_ranges()
     dk = torch.empty_like(k, memory_format=torch.contiguous_format)
     dv = torch.empty_like(v, memory_format=torch.contiguous_format)
-    _backward_key_kernel[(cfg.bh, ranges)](
-        k, v, rope, dstate, dmean, dk, dv, cfg.heads, cfg.n, cfg.d, *cfg.rope_args, *_strides(k), *_strides(v),
-        cfg.alpha, per_program, **cfg.meta)
+    cfg.run(_backward_key_kernel, (cfg.bh, ranges), (k, v, rope, dstate, dmean, dk, dv), _strides(k) + _strides(v),
+            per_program)
     return dk, dv

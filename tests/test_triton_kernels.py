@@ -318,6 +318,27 @@ def test_kernel_tuning_from_model_kernel_kwargs():
         build_attention_kernel('nala_triton', tuning=dict(block=32))
 
 
+def test_tuning_beyond_the_gpu_on_chip_memory_fails_clearly(monkeypatch):
+    """A tuning whose programs need more shared memory than the GPU has (e.g. 'tf32x3' products at d = 64 on a
+    100 KB sm_86) fails naming the kernel, the figures and what to change, not Triton's block-size advice."""
+    from triton.runtime.errors import OutOfResources
+
+    class TooLarge:
+        __name__ = '_backward_key_kernel'
+
+        def __getitem__(self, grid):
+            def launch(*args, **meta):
+                raise OutOfResources(155648, 101376, 'shared memory')
+            return launch
+
+    monkeypatch.setattr(nala_jit, '_backward_key_kernel', TooLarge())
+    q, k, v, rope = make_inputs(1, 1, 3, 5, 64)
+    out = fused(q, k, v, rope)
+    with pytest.raises(RuntimeError, match=r"_backward_key_kernel at head dim 64 .* needs 155648 B of shared memory "
+                       r"per program, but this GPU has 101376 B\. .*use dot='tf32', 'bf16' or 'ieee'"):
+        out.sum().backward()
+
+
 def test_tensor_core_dots_need_sm80():
     """A tensor-core tuning on an older GPU fails with a message naming the GPU and the way out."""
     from nalaformer.kernels.tuning import check_dot_support
