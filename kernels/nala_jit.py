@@ -431,7 +431,7 @@ def _forward_state_kernel(
         stride_kb, stride_kh, stride_kn, stride_vb, stride_vh, stride_vn, alpha, blocks_per_program,
         COS: tl.constexpr, ACC: tl.constexpr, DOT: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
         BLOCK_DV: tl.constexpr, DV_PAD: tl.constexpr):
-    """Pass 1, grid (B*H, token ranges, value blocks): partial state (2, BLOCK_D, BLOCK_DV) and key sums (2, BLOCK_D)."""
+    """Pass 1, grid (B*H, token ranges, value blocks): partial state (2, BLOCK_D, BLOCK_DV), key sums (2, BLOCK_D)."""
     bh = tl.program_id(0).to(tl.int64)  # offsets past 2^31 elements
     split = tl.program_id(1)
     vblock = tl.program_id(2)
