@@ -148,6 +148,21 @@ def _state_operand(held, base, half, block, BLOCK_D: tl.constexpr, BLOCK_DV: tl.
         return _state_block(base, half, block, BLOCK_D, BLOCK_DV, DV_PAD, ACC)
 
 
+@triton.jit
+def _held_state(base, BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr, DV_PAD: tl.constexpr, ACC: tl.constexpr,
+                DOT: tl.constexpr):
+    """Both halves of a (2, BLOCK_D, BLOCK_DV) state of one value block, as tile-product operands to hold."""
+    return (_operand(_state_block(base, 0, 0, BLOCK_D, BLOCK_DV, DV_PAD, ACC), DOT),
+            _operand(_state_block(base, 1, 0, BLOCK_D, BLOCK_DV, DV_PAD, ACC), DOT))
+
+
+@triton.jit
+def _block_range(part, blocks_per_program, N, BLOCK_N: tl.constexpr):
+    """(first, end) token blocks of range ``part``: ``blocks_per_program`` of them, fewer in the last range."""
+    first = part * blocks_per_program
+    return first, tl.minimum(first + blocks_per_program, tl.cdiv(N, BLOCK_N))
+
+
 # ----------------------------------------------------------------------------------------------
 # Elementwise math and its derivatives
 # ----------------------------------------------------------------------------------------------
@@ -442,8 +457,8 @@ def _forward_state_kernel(
     acc2 = tl.zeros((BLOCK_D, BLOCK_DV), ACC)
     sum1 = tl.zeros((BLOCK_D,), ACC)
     sum2 = tl.zeros((BLOCK_D,), ACC)
-    first = split * blocks_per_program
-    for block in range(first, tl.minimum(first + blocks_per_program, tl.cdiv(N, BLOCK_N))):
+    first, end = _block_range(split, blocks_per_program, N, BLOCK_N)
+    for block in range(first, end):
         row0 = block * BLOCK_N
         k = _load_rows(k_base, row0, N, D, stride_kn, BLOCK_N, BLOCK_D, ACC)
         v = _load_rows(v_base, row0, N, D - vblock * BLOCK_DV, stride_vn, BLOCK_N, BLOCK_DV, ACC) * inv_sqrt_n
@@ -474,10 +489,9 @@ def _forward_output_kernel(
     state_base = state_ptr + bh * 2 * BLOCK_D * DV_PAD
     out_base = out_ptr + bh * N * D
     if DV_PAD == BLOCK_DV:
-        held1 = _operand(_state_block(state_base, 0, 0, BLOCK_D, BLOCK_DV, DV_PAD, ACC), DOT)
-        held2 = _operand(_state_block(state_base, 1, 0, BLOCK_D, BLOCK_DV, DV_PAD, ACC), DOT)
-        first = tl.program_id(1) * blocks_per_program
-        for block in range(first, tl.minimum(first + blocks_per_program, tl.cdiv(N, BLOCK_N))):
+        held1, held2 = _held_state(state_base, BLOCK_D, BLOCK_DV, DV_PAD, ACC, DOT)
+        first, end = _block_range(tl.program_id(1), blocks_per_program, N, BLOCK_N)
+        for block in range(first, end):
             _output_rows(q_base, rope_ptr, mean_base, state_base, held1, held2, out_base, block * BLOCK_N, N, D,
                          rope_group, rope_period, stride_qn, alpha, COS, ACC, DOT, BLOCK_N, BLOCK_D, BLOCK_DV, DV_PAD)
     else:
@@ -501,14 +515,13 @@ def _backward_query_kernel(
     state_base = state_ptr + bh * 2 * BLOCK_D * DV_PAD
     dq_base = dq_ptr + bh * N * D
     if DV_PAD == BLOCK_DV:
-        held1 = _operand(_state_block(state_base, 0, 0, BLOCK_D, BLOCK_DV, DV_PAD, ACC), DOT)
-        held2 = _operand(_state_block(state_base, 1, 0, BLOCK_D, BLOCK_DV, DV_PAD, ACC), DOT)
+        held1, held2 = _held_state(state_base, BLOCK_D, BLOCK_DV, DV_PAD, ACC, DOT)
         dmean1 = tl.zeros((BLOCK_D,), ACC)
         dmean2 = tl.zeros((BLOCK_D,), ACC)
         dstate1 = tl.zeros((BLOCK_D, BLOCK_DV), ACC)
         dstate2 = tl.zeros((BLOCK_D, BLOCK_DV), ACC)
-        first = tl.program_id(1) * blocks_per_program
-        for block in range(first, tl.minimum(first + blocks_per_program, tl.cdiv(N, BLOCK_N))):
+        first, end = _block_range(tl.program_id(1), blocks_per_program, N, BLOCK_N)
+        for block in range(first, end):
             part1, part2, dstate1, dstate2 = _query_grad_rows(
                 q_base, g_base, rope_ptr, mean_base, state_base, held1, held2, dstate1, dstate2, dq_base,
                 block * BLOCK_N, N, D, rope_group, rope_period, stride_qn, stride_gn, alpha, COS, ACC, DOT, BLOCK_N,
@@ -541,8 +554,8 @@ def _backward_state_kernel(
     g_base = _head(g_ptr, bh, H, stride_gb, stride_gh) + vblock * BLOCK_DV
     acc1 = tl.zeros((BLOCK_D, BLOCK_DV), ACC)
     acc2 = tl.zeros((BLOCK_D, BLOCK_DV), ACC)
-    first = split * blocks_per_program
-    for block in range(first, tl.minimum(first + blocks_per_program, tl.cdiv(N, BLOCK_N))):
+    first, end = _block_range(split, blocks_per_program, N, BLOCK_N)
+    for block in range(first, end):
         row0 = block * BLOCK_N
         _, _, _, r1, r2, z, _, _ = _query_tile(q_base, rope_ptr, mean_ptr + bh * 2 * BLOCK_D, row0, N, D,
                                                rope_group, rope_period, stride_qn, alpha, COS, ACC, BLOCK_N, BLOCK_D)
@@ -565,10 +578,9 @@ def _backward_key_kernel(
     dstate_base = dstate_ptr + bh * 2 * BLOCK_D * DV_PAD
     dmean_base = dmean_ptr + bh * 2 * BLOCK_D
     if DV_PAD == BLOCK_DV:
-        held1 = _operand(_state_block(dstate_base, 0, 0, BLOCK_D, BLOCK_DV, DV_PAD, ACC), DOT)
-        held2 = _operand(_state_block(dstate_base, 1, 0, BLOCK_D, BLOCK_DV, DV_PAD, ACC), DOT)
-        first = tl.program_id(1) * blocks_per_program
-        for block in range(first, tl.minimum(first + blocks_per_program, tl.cdiv(N, BLOCK_N))):
+        held1, held2 = _held_state(dstate_base, BLOCK_D, BLOCK_DV, DV_PAD, ACC, DOT)
+        first, end = _block_range(tl.program_id(1), blocks_per_program, N, BLOCK_N)
+        for block in range(first, end):
             _key_grad_rows(k_base, v_base, rope_ptr, dstate_base, held1, held2, dmean_base, dk_ptr + bh * N * D,
                            dv_ptr + bh * N * D, block * BLOCK_N, N, D, rope_group, rope_period, stride_kn, stride_vn,
                            alpha, COS, ACC, DOT, BLOCK_N, BLOCK_D, BLOCK_DV, DV_PAD)
@@ -594,6 +606,7 @@ class _Launch:
         self.rope_args = (grid_width, grid_width) if grid_width else (1, self.n)  # rope_group, rope_period
         self.bh = self.batch * self.heads
         self.block_d, self.block_dv, self.dv_pad = feature_blocks(self.d)
+        self.value_blocks = self.dv_pad // self.block_dv
         self.block_n = tune.block_n
         self.token_blocks = triton.cdiv(self.n, self.block_n)
         wide = x.dtype == torch.float64
@@ -624,7 +637,7 @@ class _Launch:
     @property
     def holds_state(self) -> bool:
         """Whether the kernels over token blocks hold the state (one value block: d <= 64), see the kernels."""
-        return self.dv_pad == self.block_dv
+        return self.value_blocks == 1
 
     def block_ranges(self) -> Tuple[int, int]:
         """:meth:`token_ranges` of the kernels over token blocks, which take ranges only when they hold the
@@ -660,11 +673,10 @@ def forward_state(k: torch.Tensor, v: torch.Tensor, rope: torch.Tensor, grid_wid
                   alpha: Optional[float], tune: Tuning):
     """Pass 1: (state (B*H, 2, BLOCK_D, DV_PAD), mean of phi_k (B*H, 2, BLOCK_D)), padded with zeros."""
     cfg = _Launch(k, grid_width, alpha, tune)
-    value_blocks = cfg.dv_pad // cfg.block_dv
-    per_program, ranges = cfg.token_ranges(value_blocks)
+    per_program, ranges = cfg.token_ranges(cfg.value_blocks)
     state = cfg.empty(cfg.bh, ranges, 2, cfg.block_d, cfg.dv_pad)
     ksum = cfg.empty(cfg.bh, ranges, 2, cfg.block_d)
-    cfg.run(_forward_state_kernel, (cfg.bh, ranges, value_blocks), (k, v, rope, state, ksum),
+    cfg.run(_forward_state_kernel, (cfg.bh, ranges, cfg.value_blocks), (k, v, rope, state, ksum),
             _strides(k) + _strides(v), per_program)
     return state.sum(1), ksum.sum(1) / cfg.n
 
@@ -698,10 +710,9 @@ def backward_query(q, dout, rope, grid_width, state, mean, alpha, tune):
 
 def _backward_state(q, dout, rope, cfg: _Launch, mean):
     """d state (B*H, 2, BLOCK_D, DV_PAD) from its own pass over the tokens (a state of several value blocks)."""
-    value_blocks = cfg.dv_pad // cfg.block_dv
-    per_program, ranges = cfg.token_ranges(value_blocks)
+    per_program, ranges = cfg.token_ranges(cfg.value_blocks)
     dstate = cfg.empty(cfg.bh, ranges, 2, cfg.block_d, cfg.dv_pad)
-    cfg.run(_backward_state_kernel, (cfg.bh, ranges, value_blocks), (q, dout, rope, mean, dstate),
+    cfg.run(_backward_state_kernel, (cfg.bh, ranges, cfg.value_blocks), (q, dout, rope, mean, dstate),
             _strides(q) + _strides(dout), per_program)
     return dstate.sum(1)
 
