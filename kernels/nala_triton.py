@@ -186,6 +186,8 @@ class NaLaTritonKernel(AttentionKernel):
     ``tuning``: a dict of :class:`Tuning` fields for this kernel's calls (checked here); None
     follows ``current_tuning()`` at each call.
     """
+    function_name = 'nala'
+    launch_args = ('tuning',)
 
     def __init__(self, tuning: Optional[dict] = None):
         super().__init__()
@@ -209,14 +211,18 @@ class NaLaTritonKernel(AttentionKernel):
     def fused(self, q, k, v, rope, grid):
         return nala_attention(q, k, v, rope, self.tuning, grid)
 
+    def feature_maps(self, q: torch.Tensor, k: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+        return nala_feature_maps(q, k)
+
     def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, rope: torch.Tensor) -> torch.Tensor:
         """The PyTorch reference, where the fused kernels cannot run."""
-        return linear_attention(*nala_feature_maps(q, k), v, rope)
+        return linear_attention(*self.feature_maps(q, k), v, rope)
 
 
 @register_attention_kernel('nala_cos_triton')
 class NaLaCosTritonKernel(NaLaTritonKernel):
     """The ``nala_cos`` kernel (cosine inhibit, sharpness ``alpha``), fused in Triton where it can run."""
+    function_name = 'nala_cos'
 
     def __init__(self, alpha: float = 20.0, tuning: Optional[dict] = None):
         super().__init__(tuning)
@@ -228,5 +234,5 @@ class NaLaCosTritonKernel(NaLaTritonKernel):
     def fused(self, q, k, v, rope, grid):
         return nala_cos_attention(q, k, v, rope, self.alpha, self.tuning, grid)
 
-    def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, rope: torch.Tensor) -> torch.Tensor:
-        return linear_attention(*nala_cos_feature_maps(q, k, self.alpha), v, rope)
+    def feature_maps(self, q: torch.Tensor, k: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+        return nala_cos_feature_maps(q, k, self.alpha)

@@ -1,83 +1,309 @@
-"""Safe checkpoint reading and writing.
+"""Checkpoints: safe reading, EMA choice, model definitions, variant naming, atomic writing, conversion.
 
-Nothing here unpickles arbitrary objects: ``.pth`` files are read with
-``torch.load(weights_only=True)`` (plus ``argparse.Namespace``, which the release's training
-script stores under ``args``), ``.safetensors`` with safetensors. Writes go to a temporary
-file that is renamed into place, so an interrupted write never leaves a truncated checkpoint.
+Every tool that takes a checkpoint goes through :class:`Checkpoint`:
+
+* Reading never unpickles arbitrary objects: ``.pth`` files are read with
+  ``torch.load(weights_only=True)`` (plus ``argparse.Namespace``, which the release's training script
+  stores under ``args``), ``.safetensors`` with safetensors.
+* Weights: the raw weights are the first of :data:`WEIGHT_KEYS` (or the file's own tensors), the EMA
+  weights the first of :data:`EMA_KEYS`. Asking for EMA weights from a file without them is an error;
+  it never falls back to the raw weights.
+* Definitions: attention kernels have no parameters, so nothing in a state dict tells ``nala`` from
+  ``relu`` attention. Every checkpoint the project writes records, under ``meta.model_definitions``,
+  each model's timm name and the kwargs that change its function but not its state dict
+  (``definition_args`` of the model class, e.g. ``attn_types`` and ``kernel_kwargs``). Loading such a
+  checkpoint into a model that computes something else fails naming both, unless accepted explicitly.
+  A file without definitions (the release's, a bare state dict) loads into whatever model is built.
+
+Writes go to a temporary file that is renamed into place, so an interrupted write never leaves a
+truncated checkpoint.
 """
 import argparse
+import contextlib
+import contextvars
+import json
+import logging
 import os
 import pickle
 import re
 import tempfile
 import zipfile
 from pathlib import Path
-from typing import Dict, Optional, Union
+from typing import Dict, Iterator, List, Optional, Sequence, Tuple, Union
 
 import torch
+import torch.nn as nn
 
-__all__ = ['CheckpointError', 'read_checkpoint', 'describe_architecture', 'save_state_dict', 'convert_checkpoint',
-           'local_pretrained_kwargs']
+from .ops.nala import kernel_function
+
+__all__ = [
+    'CheckpointError', 'DefinitionMismatchError', 'Checkpoint', 'WEIGHT_KEYS', 'EMA_KEYS', 'read_checkpoint',
+    'strip_wrapper_prefixes', 'model_definition', 'model_definitions', 'definition_modules', 'check_definition', 'check_state_dict_fits',
+    'load_checkpoint_into', 'describe_architecture', 'name_architecture', 'save_state_dict', 'convert_checkpoint',
+    'newest_readable_checkpoint', 'variant_of', 'pretrained_kwargs', 'pretrained_options', 'pretrained_weights',
+    'loading_options',
+]
+
+_logger = logging.getLogger(__name__)
 
 PathLike = Union[str, os.PathLike]
-# Where training scripts keep the weights inside a checkpoint dict, in order of preference.
-STATE_DICT_KEYS = ('model', 'state_dict', 'module')
-EMA_KEYS = ('model_ema', 'state_dict_ema')
+StateDict = Dict[str, torch.Tensor]
+# Where training scripts keep the weights inside a checkpoint dict, in order of preference:
+# ours and timm's train.py ('state_dict'), the release / DeiT family ('model'), others ('module').
+WEIGHT_KEYS = ('state_dict', 'model', 'module')
+# EMA weights: ours (mmengine's EMAHook via DualEMAHook), timm's train.py, the release / DeiT family.
+EMA_KEYS = ('ema_state_dict', 'state_dict_ema', 'model_ema')
+DEFINITIONS_KEY = 'model_definitions'
+# Prefixes wrappers put before a model's own keys: DDP, torch.compile, our mmengine models
+# (classification 'model.', dense tasks 'backbone.model.model.'); used for files without definitions.
+_WRAPPER_PREFIXES = re.compile(r'^(module\.|_orig_mod\.|backbone\.|model\.)+')
 
 
 class CheckpointError(ValueError):
     """A checkpoint that cannot be read or does not fit the model; the message says why."""
 
 
-def read_checkpoint(path: PathLike, prefer_ema: bool = False) -> Dict[str, torch.Tensor]:
-    """Read a state dict from ``.pth``/``.pt``/``.bin`` (bare or wrapped) or ``.safetensors``.
+class DefinitionMismatchError(CheckpointError):
+    """The checkpoint's model computes another function than the model it is loaded into."""
 
-    A dict checkpoint yields its ``model`` (or ``state_dict``) entry, or its EMA weights when
-    ``prefer_ema`` and present. Raises FileNotFoundError or :class:`CheckpointError`.
-    """
-    path = Path(path)
+
+# ----------------------------------------------------------------------------------------------
+# Reading
+# ----------------------------------------------------------------------------------------------
+def _load_file(path: Path) -> dict:
+    """The file's top-level dict, read safely; a safetensors file as {'model', 'meta'} (as the converter's .pth)."""
     if not path.is_file():
         raise FileNotFoundError(f'checkpoint {path} does not exist (or is not a file)')
     if path.suffix == '.safetensors':
-        return _read_safetensors(path)
+        from safetensors import SafetensorError, safe_open
+        from safetensors.torch import load_file
+        try:
+            with safe_open(str(path), framework='pt') as f:
+                metadata = f.metadata() or {}
+            tensors = load_file(str(path), device='cpu')
+        except (SafetensorError, OSError, ValueError) as e:
+            raise CheckpointError(f'{path} is not a readable safetensors file (corrupt or truncated?): {e}') from e
+        definitions = json.loads(metadata[DEFINITIONS_KEY]) if DEFINITIONS_KEY in metadata else []
+        return {'model': tensors, 'meta': {DEFINITIONS_KEY: definitions}}
     try:
         with torch.serialization.safe_globals([argparse.Namespace]):
-            obj = torch.load(path, map_location='cpu', weights_only=True)
+            content = torch.load(path, map_location='cpu', weights_only=True)
     except pickle.UnpicklingError as e:
         raise CheckpointError(
             f'{path} holds objects other than tensors and plain data, which are not unpickled for '
             f'safety ({e}). Re-save only the state dict, e.g. torch.save(model.state_dict(), ...), '
             f'or convert it with tools/convert_checkpoint.py on a machine where you trust the file.') from e
     except (RuntimeError, EOFError, zipfile.BadZipFile, OSError) as e:
-        raise CheckpointError(f'{path} is not a readable PyTorch checkpoint (corrupt or truncated?): {e}') from e
-    return _extract_state_dict(obj, path, prefer_ema)
+        raise CheckpointError(f'{path} is not a readable PyTorch checkpoint: it is truncated or corrupt ({e})') from e
+    if not isinstance(content, dict):
+        raise CheckpointError(f'{path} holds a {type(content).__name__}, not a state dict or checkpoint dict')
+    return content
 
 
-def _read_safetensors(path: Path) -> Dict[str, torch.Tensor]:
-    from safetensors import SafetensorError
-    from safetensors.torch import load_file
-    try:
-        return load_file(str(path), device='cpu')
-    except (SafetensorError, OSError, ValueError) as e:
-        raise CheckpointError(f'{path} is not a readable safetensors file (corrupt or truncated?): {e}') from e
+def _tensors(mapping: dict) -> StateDict:
+    return {k: v for k, v in mapping.items() if isinstance(v, torch.Tensor)}
 
 
-def _extract_state_dict(obj, path: Path, prefer_ema: bool) -> Dict[str, torch.Tensor]:
-    if not isinstance(obj, dict):
-        raise CheckpointError(f'{path} holds a {type(obj).__name__}, not a state dict')
-    keys = (EMA_KEYS + STATE_DICT_KEYS) if prefer_ema else STATE_DICT_KEYS
-    for key in keys:
-        if isinstance(obj.get(key), dict):
-            obj = obj[key]
-            break
-    state_dict = {k: v for k, v in obj.items() if isinstance(v, torch.Tensor)}
-    if not state_dict:
-        raise CheckpointError(
-            f'{path} has no tensors under any of {keys}; top-level keys are {sorted(map(str, obj))[:10]}')
+def _mmengine_ema(state_dict: StateDict) -> StateDict:
+    """mmengine's averaged model stores ``module.<model key>`` plus a ``steps`` counter."""
+    if 'steps' in state_dict and all(k.startswith('module.') for k in state_dict if k != 'steps'):
+        return {k[len('module.'):]: v for k, v in state_dict.items() if k != 'steps'}
     return state_dict
 
 
-def describe_architecture(state_dict: Dict[str, torch.Tensor]) -> dict:
+class Checkpoint:
+    """One checkpoint file, read once.
+
+    ``Checkpoint.read(path)``; then :meth:`weights` (raw or EMA, keys as stored), :meth:`model_weights`
+    (the one model it holds, with that model's own keys, and its recorded definition) and
+    :attr:`definitions`.
+    """
+
+    def __init__(self, path: PathLike, content: dict):
+        self.path = Path(path)
+        self.content = content
+
+    @classmethod
+    def read(cls, path: PathLike) -> 'Checkpoint':
+        path = Path(path)
+        return cls(path, _load_file(path))
+
+    @property
+    def is_runner_checkpoint(self) -> bool:
+        """Written by an mmengine runner (tools/train.py): keys are those of the runner's model."""
+        return isinstance(self.content.get('state_dict'), dict) and isinstance(self.content.get('meta'), dict)
+
+    @property
+    def definitions(self) -> List[dict]:
+        """Recorded models: ``[{'module': path in the stored model ('' = all of it), 'architecture', 'model_args'}]``."""
+        meta = self.content.get('meta')
+        return list(meta.get(DEFINITIONS_KEY) or []) if isinstance(meta, dict) else []
+
+    def _keys(self) -> List[str]:
+        return sorted(map(str, self.content))[:20]
+
+    def weights(self, ema: bool = False) -> StateDict:
+        """The raw weights, or the EMA weights (with the raw weights' keys); never one for the other."""
+        if ema:
+            for key in EMA_KEYS:
+                if isinstance(self.content.get(key), dict):
+                    state_dict = _tensors(self.content[key])
+                    return _mmengine_ema(state_dict) if key == 'ema_state_dict' else state_dict
+            raise CheckpointError(
+                f'{self.path} has no EMA weights (looked for {", ".join(EMA_KEYS)}); its top-level keys are '
+                f'{self._keys()}. Evaluate or convert its raw weights without --ema / ema=True, or train with '
+                f'an EMA hook (DualEMAHook) to get them.')
+        for key in WEIGHT_KEYS:
+            if isinstance(self.content.get(key), dict):
+                state_dict = _tensors(self.content[key])
+                break
+        else:
+            state_dict = _tensors(self.content)  # a bare state dict
+        if not state_dict:
+            raise CheckpointError(
+                f'{self.path} has no tensors under any of {WEIGHT_KEYS} nor at the top level; top-level keys are '
+                f'{self._keys()}')
+        return state_dict
+
+    def model_weights(self, ema: bool = False) -> Tuple[StateDict, Optional[dict]]:
+        """The weights of the one timm model the file holds, with that model's own keys, and its definition.
+
+        A recorded definition says where the model sits (e.g. 'model' in a classification run,
+        'backbone.model.model' in a dense one: only its keys are kept); without one, wrapper prefixes
+        (DDP, torch.compile, our runners) are stripped.
+        """
+        state_dict = self.weights(ema)
+        definitions = self.definitions
+        if len(definitions) > 1:
+            raise CheckpointError(f'{self.path} holds {len(definitions)} models '
+                                  f'({[d["module"] for d in definitions]}); load it with the config that wrote it')
+        if not definitions:
+            return strip_wrapper_prefixes(state_dict), None
+        definition = definitions[0]
+        prefix = f'{definition["module"]}.' if definition['module'] else ''
+        own = {k[len(prefix):]: v for k, v in state_dict.items() if k.startswith(prefix)}
+        if not own:
+            raise CheckpointError(f'{self.path} records a model at {definition["module"]!r} but has no weights there')
+        return own, definition
+
+
+def read_checkpoint(path: PathLike, ema: bool = False) -> StateDict:
+    """The weights of the model a checkpoint holds (raw, or EMA with ``ema``), with the model's own keys."""
+    return Checkpoint.read(path).model_weights(ema)[0]
+
+
+def strip_wrapper_prefixes(state_dict: StateDict) -> StateDict:
+    """Drop the prefixes that DDP, torch.compile and our mmengine models put before a model's keys."""
+    return {_WRAPPER_PREFIXES.sub('', k): v for k, v in state_dict.items()}
+
+
+def newest_readable_checkpoint(directory: PathLike, exclude: Sequence[PathLike] = ()) -> Optional[Path]:
+    """The most recently written resumable checkpoint (``epoch_*.pth``, ``iter_*.pth``: best-metric
+    checkpoints hold no optimizer state) in ``directory`` whose archive is complete, or None."""
+    excluded = {Path(p).resolve() for p in exclude}
+    found = [*Path(directory).glob('epoch_*.pth'), *Path(directory).glob('iter_*.pth')]
+    candidates = sorted((p for p in found if p.resolve() not in excluded),
+                        key=lambda p: p.stat().st_mtime, reverse=True)
+    for candidate in candidates:
+        try:
+            with zipfile.ZipFile(candidate) as archive:
+                if archive.testzip() is None:
+                    return candidate
+        except (zipfile.BadZipFile, OSError):
+            continue
+    return None
+
+
+# ----------------------------------------------------------------------------------------------
+# Model definitions
+# ----------------------------------------------------------------------------------------------
+def _plain(value):
+    """Tuples -> lists, recursively: the JSON form definitions are stored and compared in."""
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    return value
+
+
+def model_definition(model: nn.Module) -> dict:
+    """``{'architecture': timm name, 'model_args': {name: value for each of model.definition_args}}``."""
+    architecture = (getattr(model, 'pretrained_cfg', None) or {}).get('architecture')
+    return {'architecture': architecture,
+            'model_args': {name: _plain(getattr(model, name)) for name in model.definition_args}}
+
+
+def definition_modules(model: nn.Module) -> List[Tuple[str, nn.Module]]:
+    """(name, module) of every model of this project inside ``model`` (itself: name '')."""
+    return [(name, module) for name, module in model.named_modules() if hasattr(module, 'definition_args')]
+
+
+def model_definitions(model: nn.Module) -> List[dict]:
+    """What a checkpoint of ``model`` records: :func:`model_definition` of each project model inside it,
+    with its ``module`` path (DDP / TTA wrappers unwrapped)."""
+    model = _unwrap(model)
+    return [dict(model_definition(module), module=name) for name, module in definition_modules(model)]
+
+
+def _function(model_args: dict) -> dict:
+    """What a definition computes: kernels compared through :func:`kernel_function` (defaults filled in,
+    fused implementations equal to the reference, launch settings ignored)."""
+    args = dict(model_args)
+    if 'attn_types' in args:
+        names = args.pop('attn_types')
+        kwargs = args.pop('kernel_kwargs', None) or [None] * len(names)
+        args['kernels'] = [kernel_function(name, kw) for name, kw in zip(names, kwargs)]
+    return args
+
+
+def _describe(definition: dict) -> str:
+    args = ', '.join(f'{k}={v!r}' for k, v in definition['model_args'].items())
+    return f'{definition.get("architecture") or "model"}({args})'
+
+
+def _cfg_option(key: str, value) -> str:
+    """How ``value`` is written on an mmengine ``--cfg-options`` command line (dicts cannot be)."""
+    def written(v):
+        if isinstance(v, list):
+            parts = [written(x) for x in v]
+            return None if None in parts else f'[{",".join(parts)}]'
+        return None if isinstance(v, dict) else str(v)
+    if isinstance(value, list) and all(v is None for v in value):
+        value = None
+    text = written(value)
+    return f'{key}="{text}"' if text is not None else f'{key}={value!r} (in the config file)'
+
+
+def check_definition(recorded: Optional[dict], model: nn.Module, accept: bool = False, source: str = 'checkpoint',
+                     cfg_prefix: str = 'model.') -> None:
+    """Raise :class:`DefinitionMismatchError` when ``model`` computes another function than ``recorded``.
+
+    ``recorded`` None (a file without definitions) always passes; ``accept`` turns a mismatch into a
+    warning. ``cfg_prefix`` is where the model's kwargs sit in a config, for the suggested override.
+    """
+    if recorded is None:
+        return
+    own = model_definition(model)
+    if _function(recorded['model_args']) == _function(own['model_args']):
+        return
+    message = f'{source} was trained as {_describe(recorded)} but the model is {_describe(own)}'
+    if accept:
+        _logger.warning(f'{message}; loading anyway (accept_definition_change)')
+        return
+    overrides = ' '.join(_cfg_option(f'{cfg_prefix}{k}', v) for k, v in recorded['model_args'].items())
+    kwargs = ', '.join(f'{k}={v!r}' for k, v in recorded['model_args'].items())
+    raise DefinitionMismatchError(
+        f'{message}. Attention kernels have no weights, so these would load and silently compute another '
+        f'function. Build the model the checkpoint describes (tools: --cfg-options {overrides}; Python: '
+        f'timm.create_model({recorded.get("architecture")!r}, {kwargs})), or accept the difference explicitly '
+        f'(tools/test.py --accept-definition-change; accept_definition_change=True in timm.create_model, '
+        f'load_pretrained or a backbone init_cfg).')
+
+
+# ----------------------------------------------------------------------------------------------
+# Architecture of a NaLaFormer state dict, and variant names
+# ----------------------------------------------------------------------------------------------
+def describe_architecture(state_dict: StateDict) -> dict:
     """Per-stage embed_dims, depths, num_heads and mlp_ratios read off a NaLaFormer state dict."""
     depths: Dict[int, int] = {}
     for key in state_dict:
@@ -89,51 +315,188 @@ def describe_architecture(state_dict: Dict[str, torch.Tensor]) -> dict:
         raise CheckpointError('this is not a NaLaFormer state dict: it has no layers.<i>.blocks.<j> entries')
     stages = range(max(depths) + 1)
     dims, heads, ratios = [], [], []
-    for i in stages:
-        dim = state_dict[f'layers.{i}.blocks.0.norm1.norm.weight'].shape[0]
-        head_dim = 2 * state_dict[f'layers.{i}.RoPE.angle'].shape[0]
-        dims.append(dim)
-        heads.append(dim // head_dim)
-        ratios.append(state_dict[f'layers.{i}.blocks.0.ffn.fc1.weight'].shape[0] / dim)
+    try:
+        for i in stages:
+            dim = state_dict[f'layers.{i}.blocks.0.norm1.norm.weight'].shape[0]
+            head_dim = 2 * state_dict[f'layers.{i}.RoPE.angle'].shape[0]
+            dims.append(dim)
+            heads.append(dim // head_dim)
+            ratios.append(state_dict[f'layers.{i}.blocks.0.ffn.fc1.weight'].shape[0] / dim)
+    except KeyError as e:
+        raise CheckpointError(f'this is not a NaLaFormer state dict: it lacks {e.args[0]}') from None
     return dict(embed_dims=tuple(dims), depths=tuple(depths.get(i, 0) for i in stages),
                 num_heads=tuple(heads), mlp_ratios=tuple(ratios))
 
 
-def save_state_dict(state_dict: Dict[str, torch.Tensor], path: PathLike, metadata: Optional[Dict[str, str]] = None):
-    """Write ``.safetensors`` or ``.pth`` (as ``{'model': state_dict}``) atomically."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tensors = {k: v.detach().cpu().contiguous() for k, v in state_dict.items()}
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f'.{path.name}.', suffix='.tmp')
-    os.close(fd)
+def variant_of(arch: dict) -> Optional[str]:
+    """The NaLaFormer variant with this architecture (:func:`describe_architecture`), or None."""
+    from .models.nalaformer import MODEL_ARGS  # the models import this module
+    for name, args in MODEL_ARGS.items():
+        if all(tuple(arch.get(k, ())) == tuple(args[k]) for k in ('embed_dims', 'depths', 'num_heads', 'mlp_ratios')):
+            return name
+    return None
+
+
+def name_architecture(arch: dict) -> str:
+    """'nalaformer_t (embed_dims=[...], ...)' or 'an unknown configuration (...)'."""
+    variant = variant_of(arch)
+    described = ', '.join(f'{k}={list(v) if isinstance(v, tuple) else v}' for k, v in arch.items())
+    return f'{variant} ({described})' if variant else f'an unknown configuration ({described})'
+
+
+def check_state_dict_fits(model: nn.Module, state_dict: StateDict) -> None:
+    """Raise CheckpointError when tensors of ``state_dict`` have other shapes than ``model``'s.
+
+    When the mismatch is inside a NaLaFormer, the message names the variant the checkpoint looks like.
+    """
+    own = model.state_dict()
+    mismatched = [k for k, v in state_dict.items() if k in own and own[k].shape != v.shape]
+    if not mismatched:
+        return
+    message = f'checkpoint does not fit the model: {len(mismatched)} tensors differ in shape, e.g. {mismatched[:3]}'
+    first = mismatched[0]
+    if 'layers.' in first:  # inside a NaLaFormer: say which variant the checkpoint is
+        prefix = first[:first.index('layers.')]
+        theirs = {k[len(prefix):]: v for k, v in state_dict.items() if k.startswith(prefix)}
+        mine = {k[len(prefix):]: v for k, v in own.items() if k.startswith(prefix)}
+        with contextlib.suppress(CheckpointError):  # not a NaLaFormer layout after all: the shapes say enough
+            message += (f'; the checkpoint looks like {name_architecture(describe_architecture(theirs))}, '
+                        f'the model is {name_architecture(describe_architecture(mine))}')
+    raise CheckpointError(message)
+
+
+# ----------------------------------------------------------------------------------------------
+# Loading into models
+# ----------------------------------------------------------------------------------------------
+def _unwrap(model: nn.Module) -> nn.Module:
+    """The model inside DDP / test-time-augmentation wrappers (their ``module``)."""
+    while isinstance(getattr(model, 'module', None), nn.Module):
+        model = model.module
+    return model
+
+
+def load_checkpoint_into(model: nn.Module, checkpoint: Checkpoint, ema: bool = False,
+                         accept_definition_change: bool = False, cfg_prefix: str = 'model.') -> None:
+    """Load a checkpoint into a (wrapped) model for evaluation, checking definitions and fit.
+
+    A runner checkpoint loads strictly into the model that wrote it (every recorded definition checked).
+    Any other file (the release's, a converted one, a bare state dict) holds one timm model: it goes
+    through that model's ``load_pretrained`` (checkpoint filter, variant check) and must cover all its
+    weights, classifier included.
+    """
+    target = _unwrap(model)
+    if checkpoint.is_runner_checkpoint:
+        for definition in checkpoint.definitions:
+            try:
+                module = target.get_submodule(definition['module'])
+            except AttributeError:
+                raise CheckpointError(f'{checkpoint.path} holds a model at {definition["module"]!r}, which this '
+                                      f'model lacks: was it written by another config?') from None
+            check_definition(definition, module, accept_definition_change, str(checkpoint.path), cfg_prefix)
+        state_dict = checkpoint.weights(ema)
+        check_state_dict_fits(target, state_dict)
+        result = target.load_state_dict(state_dict, strict=False)
+        missing, unexpected = result.missing_keys, result.unexpected_keys
+    else:
+        modules = definition_modules(target)
+        if len(modules) != 1:
+            raise CheckpointError(f'{checkpoint.path} holds the weights of one model, but the config builds '
+                                  f'{len(modules)} models of this project: load it through the backbone init_cfg')
+        name, module = modules[0]
+        result = module.load_pretrained(checkpoint, ema=ema, accept_definition_change=accept_definition_change)
+        missing, unexpected = [f'{name}.{k}' if name else k for k in result.missing_keys], []
+    if missing or unexpected:
+        raise CheckpointError(f'{checkpoint.path} does not hold every weight of the model: missing {missing[:10]}, '
+                              f'unexpected {unexpected[:10]} (a checkpoint for another number of classes or task?)')
+
+
+_LOADING = contextvars.ContextVar('nalaformer_pretrained_loading', default={})
+
+
+@contextlib.contextmanager
+def loading_options(**options) -> Iterator[None]:
+    """Options for the ``load_pretrained`` that timm calls while building a model (it passes only the file)."""
+    token = _LOADING.set(options)
     try:
-        if path.suffix == '.safetensors':
-            from safetensors.torch import save_file
-            save_file(tensors, tmp, metadata=metadata)
-        else:
-            torch.save({'model': tensors, 'meta': dict(metadata or {})}, tmp)
-        os.replace(tmp, path)
+        yield
     finally:
-        if os.path.exists(tmp):
-            os.remove(tmp)
+        _LOADING.reset(token)
 
 
-def convert_checkpoint(src: PathLike, dst: PathLike, prefer_ema: bool = False) -> dict:
-    """Convert between a release/our ``.pth`` and ``.safetensors``; returns the architecture found."""
-    state_dict = read_checkpoint(src, prefer_ema=prefer_ema)
-    arch = describe_architecture(state_dict)
-    save_state_dict(state_dict, dst, metadata={k: str(list(v)) for k, v in arch.items()})
-    return arch
+def pretrained_options(ema: Optional[bool], accept_definition_change: Optional[bool]) -> Tuple[bool, bool]:
+    """Explicit arguments of ``load_pretrained``, else those of the enclosing :func:`loading_options`."""
+    options = _LOADING.get()
+    return (options.get('ema', False) if ema is None else ema,
+            options.get('accept_definition_change', False) if accept_definition_change is None
+            else accept_definition_change)
 
 
-def local_pretrained_kwargs(variant: str, kwargs: dict) -> dict:
-    """timm kwargs for ``pretrained=True``: no weights are hosted, so a local file (or state dict) is
-    required, and files are read by the model's own ``load_pretrained`` (timm's ``custom_load``),
-    which is safe and names what is wrong with a checkpoint."""
+def pretrained_weights(model: nn.Module, checkpoint: Union[PathLike, Checkpoint], ema: Optional[bool] = None,
+                       accept_definition_change: Optional[bool] = None) -> StateDict:
+    """The weights a model's ``load_pretrained`` should load (its own keys), after the definition check."""
+    ema, accept = pretrained_options(ema, accept_definition_change)
+    if not isinstance(checkpoint, Checkpoint):
+        checkpoint = Checkpoint.read(checkpoint)
+    state_dict, definition = checkpoint.model_weights(ema)
+    check_definition(definition, model, accept, str(checkpoint.path))
+    return state_dict
+
+
+def pretrained_kwargs(variant: str, kwargs: dict) -> Tuple[dict, dict]:
+    """Split timm kwargs for ``pretrained=True`` into the model's and :func:`loading_options`'.
+
+    ``pretrained_ema=True`` loads the checkpoint's EMA weights, ``accept_definition_change=True`` a
+    checkpoint recorded with other ``attn_types`` / ``kernel_kwargs``. No weights are hosted, so a
+    local file (or state dict) is required; files are read by the model's own ``load_pretrained``
+    (timm's ``custom_load``), which is safe and names what is wrong with a checkpoint.
+    """
+    kwargs = dict(kwargs)
+    options = dict(ema=kwargs.pop('pretrained_ema', False),
+                   accept_definition_change=kwargs.pop('accept_definition_change', False))
     overlay = dict(kwargs.get('pretrained_cfg_overlay') or {})
     if not (overlay.get('file') or overlay.get('state_dict')):
         raise ValueError(
             f'{variant}: no weights are hosted for download; pass a local checkpoint with '
             f"pretrained_cfg_overlay=dict(file='path/to/checkpoint.pth' or '.safetensors')")
     overlay.setdefault('custom_load', bool(overlay.get('file')))
-    return {**kwargs, 'pretrained_cfg_overlay': overlay}
+    return {**kwargs, 'pretrained_cfg_overlay': overlay}, options
+
+
+# ----------------------------------------------------------------------------------------------
+# Writing
+# ----------------------------------------------------------------------------------------------
+def save_state_dict(state_dict: StateDict, path: PathLike, definition: Optional[dict] = None) -> None:
+    """Write ``.safetensors`` or ``.pth`` (as ``{'model': state_dict, 'meta': ...}``) atomically.
+
+    ``definition`` (:func:`model_definition`) is recorded as the file's one model.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tensors = {k: v.detach().cpu().contiguous() for k, v in state_dict.items()}
+    definitions = [dict(definition, module='')] if definition else []
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f'.{path.name}.', suffix='.tmp')
+    os.close(fd)
+    try:
+        if path.suffix == '.safetensors':
+            from safetensors.torch import save_file
+            save_file(tensors, tmp, metadata={DEFINITIONS_KEY: json.dumps(definitions)})
+        else:
+            torch.save({'model': tensors, 'meta': {DEFINITIONS_KEY: definitions}}, tmp)
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+
+
+def convert_checkpoint(src: PathLike, dst: PathLike, ema: bool = False) -> str:
+    """Convert any checkpoint of ours or the release's to ``.pth`` / ``.safetensors``; returns what it holds.
+
+    Runner checkpoints (raw or ``ema``) give the weights of their timm model; the definition is kept.
+    """
+    state_dict, definition = Checkpoint.read(src).model_weights(ema)
+    save_state_dict(state_dict, dst, {k: v for k, v in definition.items() if k != 'module'} if definition else None)
+    try:
+        described = name_architecture(describe_architecture(state_dict))
+    except CheckpointError:  # another family (NaLa-Swin): its definition says what it is
+        described = f'{len(state_dict)} tensors'
+    return f'{_describe(definition)}, {described}' if definition else described

@@ -78,3 +78,94 @@ def test_statistics(bench):
     assert growth['lin'][0]['latency_per_image_per_4x_pixels'] == pytest.approx(4)
     assert growth['quad'][0]['latency_per_image_per_4x_pixels'] == pytest.approx(16)
     assert growth['lin'][0]['peak_memory_per_4x_pixels'] == pytest.approx(4)
+
+
+def test_reference_prefix_runs_our_model_on_the_reference_op(bench):
+    import torch
+    from nalaformer.ops import nala_fast
+    spec, variant = bench.parse_entry("reference:nalaformer_xt(attn_types='nala')")
+    assert variant == 'reference' and spec.name == 'nalaformer_xt' and spec.kwargs == {'attn_types': 'nala'}
+    assert spec.label == "reference:nalaformer_xt(attn_types='nala')"
+    assert bench.parse_entry('nalaformer_xt') == (bench.ModelSpec('nalaformer_xt'), None)
+    seen = []
+    original = nala_fast.nala_attention
+    nala_fast.nala_attention = lambda *a: seen.append('fast') or original(*a)
+    try:
+        bench.make_step(spec, (32, 32), 1, 'infer', torch.device('cpu'), variant)()
+        assert not seen and nala_fast.fast_op_enabled()
+        bench.make_step(spec, (32, 32), 1, 'infer', torch.device('cpu'))()
+        assert seen
+    finally:
+        nala_fast.nala_attention = original
+
+
+def test_release_models_need_the_release_file():
+    proc = run('--models', 'release:nalaformer_xt', '--sizes', '32', '--repeats', 1, '--no-memory')
+    assert proc.returncode == 2 and '--release-file' in proc.stderr and 'Traceback' not in proc.stderr
+
+
+def test_release_model_gets_our_architecture_and_weights(bench, tmp_path):
+    """A stand-in for the release's NALA.py (never kept here) records what the tool builds from it."""
+    stand_in = tmp_path / 'NALA.py'
+    stand_in.write_text(
+        'import torch.nn as nn\n'
+        'class NALAFORMER(nn.Module):\n'
+        '    def __init__(self, **kwargs):\n'
+        '        super().__init__()\n'
+        '        self.kwargs = kwargs\n'
+        '    def load_state_dict(self, state_dict, strict=True):\n'
+        '        self.loaded = dict(state_dict)\n')
+    from nalaformer.analysis.models import create_model
+    ours = create_model(bench.ModelSpec('nalaformer_xt'))
+    release = bench.release_model(ours, stand_in)
+    kw = release.kwargs
+    assert kw['embed_dims'] == [32, 64, 128, 384] and kw['depths'] == [2, 2, 2, 2] and kw['num_heads'] == [1, 2, 4, 12]
+    assert kw['mlp_ratios'] == [3.5] * 4 and kw['flagss'] == [['l'] * 2, ['l'] * 2, ['v'] * 2, ['v'] * 2]
+    assert kw['layerscales'] == [True] * 4 and kw['drop_path_rate'] == 0. and kw['projection'] == 1024
+    assert release.loaded.keys() == ours.state_dict().keys()
+
+
+NALA_OP = ROOT / 'tools' / 'analysis' / 'benchmark_nala_op.py'
+
+
+def test_nala_op_benchmark_tiny_run(tmp_path):
+    out = tmp_path / 'op.json'
+    proc = subprocess.run([sys.executable, NALA_OP, '--sides', '4', '--modes', 'forward_backward', '--repeats', '2',
+                           '--warmup', '1', '--out-json', out], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads(out.read_text())
+    rows = {r['method']: r for r in report['results']}
+    assert set(rows) == {'reference', 'fast'} and report['meta']['baseline'] == 'reference'
+    for row in rows.values():
+        assert row['status'] == 'ok' and row['median_ms'] > 0 and row['extra_mb'] is not None
+        assert len(row['load_before']) == 3 and row['mode'] == 'forward_backward'
+    assert rows['reference']['latency_ratio'] == 1.0
+
+
+def test_block_benchmark_tiny_run_and_softmax_skip(tmp_path):
+    out = tmp_path / 'block.json'
+    proc = subprocess.run([sys.executable, NALA_OP, '--what', 'block', '--tokens', '35', '--repeats', '1',
+                           '--warmup', '0', '--no-memory', '--out-json', out], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads(out.read_text())
+    assert [r['method'] for r in report['results']] == ['nala', 'nala_reference', 'sdpa', 'softmax']
+    assert all(r['status'] == 'ok' and r['size'] == 35 for r in report['results'])
+    assert report['meta']['grids'] == {'35': [5, 7]}
+
+    spec = importlib.util.spec_from_file_location('benchmark_nala_op', NALA_OP)
+    tool = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tool)
+    args = tool.parse_args(['--what', 'block'])
+    assert tool.block_skip_reason('softmax', args, 10 ** 6).startswith('skipped')  # an 8 TB N x N matrix
+    assert tool.block_skip_reason('sdpa', args, 10 ** 6) is None
+    import torch
+    from nalaformer.ops import build_attention_kernel, rope_angles, rope_table
+    q, k, v = torch.randn(3, 1, 2, 12, 16).unbind(0)
+    rope = rope_table(rope_angles(16), 3, 4)
+    torch.testing.assert_close(tool.ExplicitSoftmax()(q, k, v, rope), build_attention_kernel('softmax')(q, k, v, rope))
+
+
+def test_memory_workers_run_with_glibc_defaults_or_a_fixed_mmap_threshold(bench, monkeypatch):
+    monkeypatch.setenv('MALLOC_MMAP_MAX_', '0')
+    assert 'MALLOC_MMAP_MAX_' not in bench.memory_env() and 'MALLOC_MMAP_THRESHOLD_' not in bench.memory_env()
+    assert bench.memory_env(131072)['MALLOC_MMAP_THRESHOLD_'] == '131072'

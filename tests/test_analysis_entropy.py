@@ -12,7 +12,7 @@ from nalaformer.analysis.entropy import (
     KERNELS, attention_entropy, attention_probs, capture_qk, entropy, norm_sweep, pearson, spearman,
 )
 from nalaformer.analysis.models import ModelSpec, create_model
-from nalaformer.ops.nala import build_attention_kernel, rope_table
+from nalaformer.ops.nala import ATTENTION_KERNELS, build_attention_kernel, rope_table
 
 ROOT = Path(__file__).resolve().parents[1]
 TOOLS = ROOT / 'tools' / 'analysis'
@@ -54,6 +54,42 @@ def test_probs_are_the_model_kernels_attention(kernel):
     identity_rope = rope_table(torch.zeros(8, dtype=torch.float64), 4, 6)
     out = build_attention_kernel(kernel).attend(q, k, v, identity_rope)
     assert torch.allclose(out, attention_probs(kernel, q, k) @ v, rtol=1e-4, atol=1e-6)
+
+
+def test_kernels_are_softmax_and_every_kernel_with_feature_maps():
+    assert KERNELS[0] == 'softmax' and len(set(KERNELS)) == len(KERNELS)
+    assert {'nala', 'nala_cos', 'const_power', 'relu', 'elu', 'focused'} <= set(KERNELS)
+    assert set(KERNELS[1:]) == {name for name in ATTENTION_KERNELS if name not in ('softmax', 'polarity')}
+
+
+def test_entropy_uses_each_kernels_own_feature_maps_and_arguments():
+    torch.manual_seed(0)
+    q, k = torch.randn(2, 3, 20, 8, dtype=torch.float64), torch.randn(2, 3, 30, 8, dtype=torch.float64)
+    phi_q, phi_k = build_attention_kernel('relu', power=3).feature_maps(q, k)
+    assert torch.equal(phi_q, q.relu() ** 3)
+    scores = phi_q @ phi_k.transpose(-2, -1)
+    expected = scores / scores.sum(-1, keepdim=True)
+    torch.testing.assert_close(attention_probs('relu', q, k, dict(power=3)), expected)
+    torch.testing.assert_close(attention_entropy('relu', q, k, chunk=7, kernel_kwargs=dict(power=3)),
+                               -torch.special.xlogy(expected, expected).sum(-1))
+    assert not torch.allclose(attention_probs('relu', q, k), expected)  # the default power is 1
+    sharp, soft = (attention_entropy('nala_cos', q, k, kernel_kwargs=dict(alpha=alpha)) for alpha in (50., 0.1))
+    assert not torch.allclose(sharp, soft)
+    norms = torch.tensor([0.5, 5.0])
+    sweep = norm_sweep('relu', q, k, norms, kernel_kwargs=dict(power=3))
+    assert sweep.shape == (2, 2, 3, 20) and torch.allclose(sweep[0], sweep[1])  # relu^3 is homogeneous too
+    with pytest.raises(TypeError, match="'relu' takes \\['power'\\]"):
+        attention_probs('relu', q, k, dict(alpha=1.))
+
+
+def test_kernels_without_one_distribution_are_refused():
+    q, k = torch.randn(4, 8), torch.randn(6, 8)
+    with pytest.raises(ValueError, match="'polarity' is not one linear attention.*choose from .*'nala'"):
+        attention_probs('polarity', q, k)
+    with pytest.raises(ValueError, match='polarity'):
+        attention_entropy('polarity', q, k, kernel_kwargs=dict(power=2.))
+    with pytest.raises(ValueError, match="unknown attention kernel 'nope'"):
+        attention_probs('nope', q, k)
 
 
 def test_query_norm_dependence():

@@ -9,7 +9,9 @@ import timm
 import torch
 from safetensors.torch import save_file
 
-from nalaformer.checkpoint import CheckpointError, read_checkpoint
+from nalaformer.checkpoint import (
+    Checkpoint, CheckpointError, DefinitionMismatchError, model_definition, read_checkpoint, save_state_dict,
+)
 from nalaformer.models.nalaformer import checkpoint_filter_fn
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -81,7 +83,7 @@ def test_corrupt_and_missing_files_are_reported(xt, tmp_path):
     good = release_style_checkpoint(xt, tmp_path / 'good.pth')
     truncated = tmp_path / 'truncated.pth'
     truncated.write_bytes(good.read_bytes()[:5000])
-    with pytest.raises(CheckpointError, match='corrupt or truncated'):
+    with pytest.raises(CheckpointError, match='truncated or corrupt'):
         timm.create_model('nalaformer_xt', pretrained=True, pretrained_cfg_overlay=dict(file=str(truncated)))
     bad_st = tmp_path / 'bad.safetensors'
     bad_st.write_bytes(b'\x10\x00\x00\x00\x00\x00\x00\x00{not json')
@@ -121,14 +123,6 @@ def test_filter_fn_is_identity_on_release_layout(xt):
     assert all(filtered[k] is state[k] for k in state)
 
 
-def test_prefer_ema(xt, tmp_path):
-    ema = {k: v + 1 if v.is_floating_point() else v for k, v in xt.state_dict().items()}
-    path = tmp_path / 'ema.pth'
-    torch.save({'model': xt.state_dict(), 'model_ema': ema}, path)
-    torch.testing.assert_close(read_checkpoint(path)['proj.weight'], xt.proj.weight.detach())
-    torch.testing.assert_close(read_checkpoint(path, prefer_ema=True)['proj.weight'], ema['proj.weight'])
-
-
 def test_convert_tool_round_trip(xt, tmp_path):
     src = release_style_checkpoint(xt, tmp_path / 'release.pth')
     tool = [sys.executable, str(ROOT / 'tools' / 'convert_checkpoint.py')]
@@ -147,3 +141,120 @@ def test_convert_tool_round_trip(xt, tmp_path):
     bad = subprocess.run(tool + [str(tmp_path / 'missing.pth'), str(tmp_path / 'x.safetensors')],
                          capture_output=True, text=True)
     assert bad.returncode == 1 and 'does not exist' in bad.stderr
+
+
+# ----------------------------------------------------------------------------------------------
+# EMA weights: one reader for every key in use, never a fallback to the raw weights
+# ----------------------------------------------------------------------------------------------
+def shifted(state, by=1.0):
+    return {k: v + by if v.is_floating_point() else v for k, v in state.items()}
+
+
+@pytest.mark.parametrize('layout', ['release', 'timm', 'ours'])
+def test_ema_weights_of_every_known_layout(xt, tmp_path, layout):
+    raw, ema = xt.state_dict(), shifted(xt.state_dict())
+    if layout == 'release':    # DeiT-style training scripts
+        content = {'model': raw, 'model_ema': ema}
+    elif layout == 'timm':     # timm's train.py
+        content = {'state_dict': raw, 'state_dict_ema': ema}
+    else:                      # our runner: mmengine's averaged model is 'module.<runner key>' plus 'steps'
+        content = {'state_dict': {f'model.{k}': v for k, v in raw.items()}, 'meta': {},
+                   'ema_state_dict': {'steps': torch.tensor(7), **{f'module.model.{k}': v for k, v in ema.items()}}}
+    path = tmp_path / 'ckpt.pth'
+    torch.save(content, path)
+    for want, flag in ((raw, False), (ema, True)):
+        got = read_checkpoint(path, ema=flag)
+        assert got.keys() == want.keys()
+        for k in want:
+            torch.testing.assert_close(got[k], want[k], rtol=0, atol=0)
+    loaded = timm.create_model('nalaformer_xt', pretrained=True, pretrained_ema=True,
+                               pretrained_cfg_overlay=dict(file=str(path)))
+    torch.testing.assert_close(loaded.proj.weight, ema['proj.weight'], rtol=0, atol=0)
+
+
+def test_ema_asked_from_a_file_without_it_fails_naming_its_keys(xt, tmp_path):
+    path = release_style_checkpoint(xt, tmp_path / 'no_ema.pth')
+    with pytest.raises(CheckpointError, match=r"no EMA weights .*'args', 'epoch', 'model', 'optimizer'"):
+        read_checkpoint(path, ema=True)
+    with pytest.raises(CheckpointError, match='no EMA weights'):
+        timm.create_model('nalaformer_xt', pretrained=True, pretrained_ema=True,
+                          pretrained_cfg_overlay=dict(file=str(path)))
+    tool = [sys.executable, str(ROOT / 'tools' / 'convert_checkpoint.py')]
+    out = subprocess.run(tool + [str(path), str(tmp_path / 'x.safetensors'), '--ema'], capture_output=True, text=True)
+    assert out.returncode == 1 and 'no EMA weights' in out.stderr
+    assert not (tmp_path / 'x.safetensors').exists()
+
+
+# ----------------------------------------------------------------------------------------------
+# Model definitions: what the weights were trained to compute
+# ----------------------------------------------------------------------------------------------
+TINY = dict(embed_dims=(16, 32, 48, 64), depths=(1, 1, 1, 1), num_heads=(1, 2, 3, 4), head_hidden_size=32,
+            num_classes=5)
+
+
+@pytest.mark.parametrize('suffix', ['.safetensors', '.pth'])
+def test_recorded_definition_round_trips_and_guards_loading(tmp_path, suffix):
+    trained = timm.create_model('nalaformer_t', attn_types='relu', kernel_kwargs=dict(power=3), **TINY).eval()
+    path = tmp_path / f'relu{suffix}'
+    save_state_dict(trained.state_dict(), path, model_definition(trained))
+    [recorded] = Checkpoint.read(path).definitions
+    assert recorded['architecture'] == 'nalaformer_t'
+    assert recorded['model_args'] == {'attn_types': ['relu'] * 4, 'kernel_kwargs': [{'power': 3}] * 4}
+
+    same = timm.create_model('nalaformer_t', pretrained=True, pretrained_cfg_overlay=dict(file=str(path)),
+                             attn_types='relu', kernel_kwargs=dict(power=3), **TINY).eval()
+    x = torch.randn(2, 3, 64, 48)
+    with torch.no_grad():
+        torch.testing.assert_close(same(x), trained(x), rtol=0, atol=0)
+    with pytest.raises(DefinitionMismatchError) as err:  # the default hybrid would load these weights silently
+        timm.create_model('nalaformer_t', pretrained=True, pretrained_cfg_overlay=dict(file=str(path)), **TINY)
+    message = str(err.value)
+    assert "attn_types=['relu', 'relu', 'relu', 'relu']" in message
+    assert "attn_types=['nala', 'nala', 'softmax', 'softmax']" in message
+    assert "--cfg-options model.attn_types=\"[relu,relu,relu,relu]\" model.kernel_kwargs=[{'power': 3}, " in message
+    assert 'accept_definition_change' in message
+    with pytest.raises(DefinitionMismatchError, match="kernel_kwargs=\\[None, None, None, None\\]"):  # power 1
+        timm.create_model('nalaformer_t', pretrained=True, pretrained_cfg_overlay=dict(file=str(path)),
+                          attn_types='relu', **TINY)
+    accepted = timm.create_model('nalaformer_t', pretrained=True, pretrained_cfg_overlay=dict(file=str(path)),
+                                 accept_definition_change=True, **TINY)
+    torch.testing.assert_close(accepted.proj.weight, trained.proj.weight, rtol=0, atol=0)
+
+
+def test_definitions_compare_what_the_kernels_compute(tmp_path):
+    cos = timm.create_model('nalaformer_t', attn_types=('nala_cos', 'nala_cos', 'softmax', 'softmax'), **TINY)
+    path = tmp_path / 'cos.safetensors'
+    save_state_dict(cos.state_dict(), path, model_definition(cos))
+    load = dict(pretrained=True, pretrained_cfg_overlay=dict(file=str(path)), **TINY)
+    # default arguments written out, and the fused implementation of the same function: the same model
+    timm.create_model('nalaformer_t', attn_types=('nala_cos', 'nala_cos', 'softmax', 'softmax'),
+                      kernel_kwargs=(dict(alpha=20.), dict(alpha=20.), None, None), **load)
+    timm.create_model('nalaformer_t', attn_types=('nala_cos_triton', 'nala_cos_triton', 'softmax', 'softmax'),
+                      kernel_kwargs=(dict(tuning=dict(block_n=32)),) * 2 + (None, None), **load)
+    with pytest.raises(DefinitionMismatchError, match="'alpha': 5.0"):
+        timm.create_model('nalaformer_t', attn_types=('nala_cos', 'nala_cos', 'softmax', 'softmax'),
+                          kernel_kwargs=(dict(alpha=5.), dict(alpha=5.), None, None), **load)
+    with pytest.raises(DefinitionMismatchError):
+        timm.create_model('nalaformer_t', attn_types=('nala', 'nala', 'softmax', 'softmax'), **load)
+
+
+def test_nala_swin_checkpoints_carry_their_definition(tmp_path):
+    small = dict(embed_dim=16, depths=(1, 1, 1, 1), num_heads=(1, 2, 2, 4), num_classes=3)
+    trained = timm.create_model('nala_swin_tiny', attn_types=('relu', 'relu', 'shifted_window', 'shifted_window'),
+                                **small)
+    path = tmp_path / 'swin.pth'
+    save_state_dict(trained.state_dict(), path, model_definition(trained))
+    with pytest.raises(DefinitionMismatchError, match="'relu', 'relu', 'shifted_window', 'shifted_window'"):
+        timm.create_model('nala_swin_tiny', pretrained=True, pretrained_cfg_overlay=dict(file=str(path)), **small)
+    loaded = timm.create_model('nala_swin_tiny', pretrained=True, pretrained_cfg_overlay=dict(file=str(path)),
+                               attn_types=('relu', 'relu', 'shifted_window', 'shifted_window'), **small)
+    torch.testing.assert_close(loaded.head.fc.weight, trained.head.fc.weight, rtol=0, atol=0)
+
+
+def test_files_without_a_definition_load_into_any_model(xt, tmp_path):
+    """The release's .pth records nothing: it loads into the hybrid and the all-NaLa model alike."""
+    path = release_style_checkpoint(xt, tmp_path / 'release_xt.pth')
+    assert Checkpoint.read(path).definitions == []
+    all_nala = timm.create_model('nalaformer_xt', attn_types='nala', pretrained=True,
+                                 pretrained_cfg_overlay=dict(file=str(path)))
+    assert_same_weights(xt, all_nala)

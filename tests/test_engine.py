@@ -171,7 +171,7 @@ def test_dual_ema_tracking_the_raw_weights_reports_the_raw_metrics(tiny_imagefol
 
 def test_missing_dataset_folder_is_named(tmp_path):
     result = train(tmp_path / 'w', tmp_path / 'no_such_dataset', check=False)
-    assert result.returncode != 0
+    assert result.returncode != 0 and 'Traceback' not in result.stderr
     assert f'{tmp_path / "no_such_dataset" / "train"} does not exist' in result.stderr
     assert 'Expected layout' in result.stderr
 
@@ -180,6 +180,7 @@ def test_bad_config_key_is_named(tiny_imagefolder, tmp_path):
     result = train(tmp_path / 'w', tiny_imagefolder, extra=['train_cfg.max_epoch=3'], check=False)
     assert result.returncode != 0
     assert "no key 'max_epoch' at train_cfg; did you mean ['max_epochs'" in result.stderr
+    assert 'Traceback' not in result.stderr
     result = train(tmp_path / 'w', tiny_imagefolder, extra=['model.not_a_kwarg=1'], check=False)
     assert result.returncode != 0 and 'not_a_kwarg' in result.stderr
 
@@ -201,6 +202,10 @@ def test_test_tool_evaluates_release_checkpoints_and_names_wrong_variants(tiny_i
     bad = run_tool('test.py', CONFIG, wrong, '--work-dir', tmp_path / 't2', '--cfg-options',
                    *tiny_options(tiny_imagefolder), check=False)
     assert bad.returncode != 0 and 'looks like nalaformer_xt' in bad.stderr
+    no_ema = run_tool('test.py', CONFIG, release, '--ema', '--work-dir', tmp_path / 't3', '--cfg-options',
+                      *tiny_options(tiny_imagefolder), check=False)
+    assert no_ema.returncode != 0 and 'has no EMA weights' in no_ema.stderr and "'model'" in no_ema.stderr
+    assert 'Traceback' not in no_ema.stderr  # a problem with the arguments: one line
 
 
 @pytest.mark.slow
@@ -217,3 +222,113 @@ def test_wandb_offline_and_missing(tiny_imagefolder, tmp_path):
                       '--cfg-options', *opts, env={'PYTHONPATH': str(fake)})
     assert 'wandb is not installed' in result.stderr
     assert (tmp_path / 'missing' / 'epoch_1.pth').exists()
+
+
+# ----------------------------------------------------------------------------------------------
+# Our own checkpoints through our own tools: EMA, recorded definitions, damaged files, errors
+# ----------------------------------------------------------------------------------------------
+RELU = 'model.attn_types=[relu,relu,relu,relu]'
+TINY_MODEL = dict(num_classes=3, embed_dims=[16, 32, 48, 64], depths=[1, 1, 1, 1], num_heads=[1, 2, 3, 4],
+                  head_hidden_size=32)
+
+
+@pytest.fixture(scope='module')
+def relu_run(tiny_imagefolder, tmp_path_factory):
+    """2 epochs of a ReLU-attention model; a fast EMA so that its weights differ from the raw ones."""
+    work = tmp_path_factory.mktemp('relu_run')
+    train(work, tiny_imagefolder, epochs=2, extra=[RELU, 'custom_hooks.0.momentum=0.3'])
+    return work
+
+
+def ema_of(checkpoint: dict) -> dict:
+    """mmengine's averaged model: 'module.<runner key>' and a step counter."""
+    return {k[len('module.'):]: v for k, v in checkpoint['ema_state_dict'].items() if k != 'steps'}
+
+
+@pytest.mark.slow
+def test_runner_checkpoints_convert_with_raw_or_ema_weights(relu_run, tmp_path):
+    import timm
+    from safetensors.torch import load_file
+
+    from nalaformer.checkpoint import Checkpoint
+    checkpoint = torch.load(relu_run / 'epoch_2.pth', map_location='cpu', weights_only=True)
+    [recorded] = checkpoint['meta']['model_definitions']
+    assert recorded['module'] == 'model' and recorded['model_args']['attn_types'] == ['relu'] * 4
+    raw = {k[len('model.'):]: v for k, v in checkpoint['state_dict'].items()}
+    ema = {k[len('model.'):]: v for k, v in ema_of(checkpoint).items()}
+    assert any(not torch.equal(raw[k], ema[k]) for k in raw)
+    for flag, want in (([], raw), (['--ema'], ema)):
+        out = run_tool('convert_checkpoint.py', relu_run / 'epoch_2.pth', tmp_path / 'w.safetensors', *flag)
+        assert 'nalaformer_t' in out.stdout and 'relu' in out.stdout
+        got = load_file(str(tmp_path / 'w.safetensors'))
+        assert got.keys() == want.keys() and all(torch.equal(got[k], want[k]) for k in want)
+        assert Checkpoint.read(tmp_path / 'w.safetensors').definitions[0]['model_args'] == recorded['model_args']
+    # the runner checkpoint itself also serves pretrained= (raw or EMA), with its definition checked
+    for ema_flag, want in ((False, raw), (True, ema)):
+        model = timm.create_model('nalaformer_t', pretrained=True, pretrained_ema=ema_flag, attn_types='relu',
+                                  pretrained_cfg_overlay=dict(file=str(relu_run / 'epoch_2.pth')), **TINY_MODEL)
+        assert all(torch.equal(v, want[k]) for k, v in model.state_dict().items())
+    with pytest.raises(ValueError, match='relu'):
+        timm.create_model('nalaformer_t', pretrained=True, **TINY_MODEL,
+                          pretrained_cfg_overlay=dict(file=str(relu_run / 'epoch_2.pth')))
+
+
+@pytest.mark.slow
+def test_test_tool_ema_evaluates_exactly_the_ema_weights(relu_run, tiny_imagefolder, tmp_path):
+    from nalaformer.checkpoint import Checkpoint, load_checkpoint_into
+    from nalaformer.engine import TimmClassifier
+    checkpoint = torch.load(relu_run / 'epoch_2.pth', map_location='cpu', weights_only=True)
+    model = TimmClassifier('nalaformer_t', attn_types='relu', **TINY_MODEL)
+    load_checkpoint_into(model, Checkpoint.read(relu_run / 'epoch_2.pth'), ema=True)
+    ema = ema_of(checkpoint)
+    assert model.state_dict().keys() == ema.keys() and all(torch.equal(v, ema[k]) for k, v in model.state_dict().items())
+
+    options = [*tiny_options(tiny_imagefolder), RELU]
+    run_tool('convert_checkpoint.py', relu_run / 'epoch_2.pth', tmp_path / 'ema.safetensors', '--ema')
+    by_flag = run_tool('test.py', CONFIG, relu_run / 'epoch_2.pth', '--ema', '--work-dir', tmp_path / 'a',
+                       '--cfg-options', *options)
+    by_file = run_tool('test.py', CONFIG, tmp_path / 'ema.safetensors', '--work-dir', tmp_path / 'b',
+                       '--cfg-options', *options)
+    assert eval(by_flag.stdout.strip().splitlines()[-1]) == eval(by_file.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.slow
+def test_test_tool_refuses_a_checkpoint_of_another_attention(relu_run, tiny_imagefolder, tmp_path):
+    bad = run_tool('test.py', CONFIG, relu_run / 'epoch_2.pth', '--work-dir', tmp_path / 'a',
+                   '--cfg-options', *tiny_options(tiny_imagefolder), check=False)
+    assert bad.returncode != 0 and 'Traceback' not in bad.stderr
+    assert "attn_types=['relu', 'relu', 'relu', 'relu']" in bad.stderr
+    assert "attn_types=['nala', 'nala', 'softmax', 'softmax']" in bad.stderr
+    assert '--cfg-options model.attn_types=' in bad.stderr and '--accept-definition-change' in bad.stderr
+    accepted = run_tool('test.py', CONFIG, relu_run / 'epoch_2.pth', '--accept-definition-change',
+                        '--work-dir', tmp_path / 'b', '--cfg-options', *tiny_options(tiny_imagefolder))
+    assert 'accuracy/top1' in accepted.stdout.strip().splitlines()[-1]
+
+
+@pytest.mark.slow
+def test_truncated_last_checkpoint_names_the_one_to_resume_from(relu_run, tiny_imagefolder, tmp_path):
+    import shutil
+    work = tmp_path / 'run'
+    shutil.copytree(relu_run, work)
+    assert (work / 'epoch_1.pth').is_file()  # the last two epoch checkpoints are kept
+    last = work / 'epoch_2.pth'
+    (work / 'last_checkpoint').write_text(str(last))
+    last.write_bytes(last.read_bytes()[:len(last.read_bytes()) // 2])
+    result = train(work, tiny_imagefolder, epochs=3, extra=[RELU, 'custom_hooks.0.momentum=0.3', 'resume=True'],
+                   check=False)
+    assert result.returncode != 0
+    assert f'{last} is not a readable PyTorch checkpoint: it is truncated or corrupt' in result.stderr
+    assert f'resume from it with --resume {work / "epoch_1.pth"}' in result.stderr
+
+
+@pytest.mark.slow
+def test_error_inside_training_keeps_its_traceback_and_names_the_image(tiny_imagefolder, tmp_path):
+    import shutil
+    data = tmp_path / 'data'
+    shutil.copytree(tiny_imagefolder, data)
+    broken = data / 'train' / 'class1' / '3.png'
+    broken.write_bytes(b'not an image')
+    result = train(tmp_path / 'w', data, epochs=1, check=False)
+    assert result.returncode != 0
+    assert 'Traceback (most recent call last)' in result.stderr
+    assert f'cannot read image {broken}' in result.stderr

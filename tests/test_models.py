@@ -43,7 +43,20 @@ def test_variant_hyperparameters():
     assert b.attn_types == ('nala', 'nala', 'softmax', 'softmax')
     assert [stage.blocks[0].attn.num_heads for stage in b.layers] == [1, 2, 6, 8]
     assert [len(stage.blocks) for stage in b.layers] == [4, 6, 12, 6]
-    assert b.layers[2].blocks[0].drop_path.drop_prob > 0  # drop path 0.4, linear over depth
+    assert all(isinstance(block.drop_path, torch.nn.Identity) for stage in b.layers for block in stage.blocks)
+
+
+@pytest.mark.parametrize('variant, rate', [('xt', 0.1), ('t', 0.1), ('s', 0.15), ('b', 0.4), ('l', 0.55)])
+def test_drop_path_is_off_unless_asked_and_the_configs_state_the_recipe(variant, rate):
+    """timm's convention: entrypoints default to no drop path; each variant's config states its recipe rate."""
+    from mmengine.config import Config
+    config = Config.fromfile(str(Path(__file__).resolve().parents[1] / 'configs' / 'nalaformer' /
+                                 f'nalaformer-{variant}_8xb128_in1k.py'))
+    assert config.model.arch == f'nalaformer_{variant}' and config.model.drop_path_rate == rate
+    with torch.device('meta'):
+        asked = timm.create_model(f'nalaformer_{variant}', drop_path_rate=rate)
+    deepest = asked.layers[-1].blocks[-1].drop_path.drop_prob
+    assert deepest == pytest.approx(rate)  # linear over depth, the last block gets the full rate
 
 
 def test_layer_scale_init_values():

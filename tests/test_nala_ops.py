@@ -79,7 +79,7 @@ def test_linear_kernels_match_naive_quadratic_form(name, d):
 
 
 def test_nala_similarity_is_same_sign_product():
-    """phi_q . phi_k = sum_i |d(q)_i|^p |k_i|^3 [sign q_i == sign k_i] (SPEC §2.4)."""
+    """phi_q . phi_k = sum_i |d(q)_i|^p |k_i|^3 [sign q_i == sign k_i]."""
     from nalaformer.ops import nala_feature_maps
     q, k, _ = qkv(32)
     phi_q, phi_k = nala_feature_maps(q, k)

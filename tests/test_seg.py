@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parents[1]
 UPERNET = ROOT / 'configs' / 'ade20k' / 'upernet_nalaformer-t_8xb2-160k_ade20k-512x512.py'
 CITYSCAPES = ROOT / 'configs' / 'cityscapes' / 'upernet_nalaformer-t_8xb2-80k_cityscapes-512x1024.py'
 SEG_CONFIGS = sorted([*(ROOT / 'configs' / 'ade20k').glob('*.py'), *(ROOT / 'configs' / 'cityscapes').glob('*.py')])
-DROP_PATH = {'nalaformer_xt': 0.1, 'nalaformer_t': 0.1, 'nalaformer_s': 0.15, 'nalaformer_b': 0.4}  # SPEC §5
+DROP_PATH = {'nalaformer_xt': 0.1, 'nalaformer_t': 0.1, 'nalaformer_s': 0.15, 'nalaformer_b': 0.4}  # the release recipe
 TINY = dict(embed_dims=[16, 32, 48, 64], depths=[1, 1, 1, 1], num_heads=[1, 2, 3, 4])
 
 
@@ -215,6 +215,33 @@ def test_ade20k_trains_and_evaluates(ade_run):
     assert_trained_and_evaluated(ade_run, 2)
     checkpoint = torch.load(ade_run / 'iter_2.pth', map_location='cpu', weights_only=True)
     assert checkpoint['meta']['dataset_meta']['classes'][0] == 'wall'  # ADE20K's 150 classes
+
+
+@pytest.mark.slow
+def test_dense_checkpoint_converts_to_its_backbone_and_initialises_another(ade_run, tmp_path):
+    from safetensors.torch import load_file
+
+    from nalaformer.checkpoint import Checkpoint, DefinitionMismatchError
+    checkpoint = torch.load(ade_run / 'iter_2.pth', map_location='cpu', weights_only=True)
+    [recorded] = checkpoint['meta']['model_definitions']
+    assert recorded['module'] == 'backbone.model.model' and recorded['architecture'] == 'nalaformer_t'
+    prefix = 'backbone.model.model.'
+    backbone_weights = {k[len(prefix):]: v for k, v in checkpoint['state_dict'].items() if k.startswith(prefix)}
+    run(ROOT / 'tools' / 'convert_checkpoint.py', ade_run / 'iter_2.pth', tmp_path / 'backbone.safetensors')
+    converted = load_file(str(tmp_path / 'backbone.safetensors'))
+    assert converted.keys() == backbone_weights.keys()
+    assert all(torch.equal(converted[k], v) for k, v in backbone_weights.items())
+    assert Checkpoint.read(tmp_path / 'backbone.safetensors').definitions[0]['model_args'] == recorded['model_args']
+    for source in (ade_run / 'iter_2.pth', tmp_path / 'backbone.safetensors'):  # both start another dense model
+        backbone = NaLaBackbone('nalaformer_t', init_cfg=dict(type='Pretrained', checkpoint=str(source)), **TINY)
+        backbone.init_weights()
+        assert all(torch.equal(v, backbone_weights[k]) for k, v in backbone.model.model.state_dict().items())
+    other = NaLaBackbone('nalaformer_t', attn_types='nala', init_cfg=dict(
+        type='Pretrained', checkpoint=str(tmp_path / 'backbone.safetensors')), **TINY)
+    with pytest.raises(DefinitionMismatchError, match="'nala', 'nala', 'softmax', 'softmax'"):
+        other.init_weights()
+    other.init_cfg['accept_definition_change'] = True
+    other.init_weights()
 
 
 @pytest.mark.slow

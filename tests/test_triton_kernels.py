@@ -23,16 +23,20 @@ pytest.importorskip('triton')
 
 import timm  # noqa: E402
 
-from nalaformer.kernels import nala_jit, nala_triton  # noqa: E402
+from nalaformer.kernels import nala_triton  # noqa: E402
+from nalaformer.kernels.nala_triton import NaLaTritonKernel  # noqa: E402
+from nalaformer.kernels.tuning import feature_blocks, has_tensor_cores  # noqa: E402
 from nalaformer.ops import (  # noqa: E402
     ATTENTION_KERNELS, build_attention_kernel, linear_attention, nala_cos_feature_maps, nala_feature_maps,
     rope_angles, rope_table,
 )
 
-if not nala_jit.INTERPRETED and not torch.cuda.is_available():
+INTERPRETED = nala_triton.interpreting()
+if not INTERPRETED and not torch.cuda.is_available():
     pytest.skip('TRITON_INTERPRET=0 runs the compiled kernels, which need a CUDA device', allow_module_level=True)
-DEVICE = 'cpu' if nala_jit.INTERPRETED else 'cuda'
-CAPABILITY = None if nala_jit.INTERPRETED else torch.cuda.get_device_capability()
+DEVICE = 'cpu' if INTERPRETED else 'cuda'
+CAPABILITY = None if INTERPRETED else torch.cuda.get_device_capability()
+TENSOR_CORES = CAPABILITY is None or has_tensor_cores(CAPABILITY)
 ROOT = Path(__file__).resolve().parents[1]
 
 # Errors are measured against a float64 reference on the same inputs, relative to the largest
@@ -126,6 +130,16 @@ def test_nala_matches_reference_fp32(batch, heads, height, width, d):
     check_against_reference(*make_inputs(batch, heads, height, width, d))
 
 
+def scramble_outside_factors(rope, height, width):
+    """rope_table(angles, H, W) with every value outside its row and column factors overwritten: the first
+    halves of each grid row's first token and the second halves of the first grid row are kept."""
+    d = rope.shape[-1]
+    factors = torch.zeros(height * width, d, dtype=torch.bool, device=rope.device)
+    factors[::width, :d // 2] = True
+    factors[:width, d // 2:] = True
+    return torch.where(factors, rope, torch.full_like(rope, 0.5))
+
+
 @pytest.mark.parametrize('batch,heads,height,width,d', SHAPES)
 @pytest.mark.parametrize('alpha', [None, 20.0])
 def test_grid_reads_of_the_rope_table_change_nothing(batch, heads, height, width, d, alpha):
@@ -133,10 +147,7 @@ def test_grid_reads_of_the_rope_table_change_nothing(batch, heads, height, width
     (first halves of each grid row's first token, second halves of the first row): same bits, and
     the other rows of the table are never read."""
     q, k, v, rope = make_inputs(batch, heads, height, width, d)
-    factors = torch.zeros(height * width, d, dtype=torch.bool, device=DEVICE)
-    factors[::width, :d // 2] = True
-    factors[:width, d // 2:] = True
-    scrambled = torch.where(factors, rope, torch.full_like(rope, 0.5))
+    scrambled = scramble_outside_factors(rope, height, width)
 
     def outputs(table, grid):
         out = fused(q, k, v, table, alpha, grid)
@@ -180,37 +191,22 @@ def test_zero_query_and_key_rows():
     check_against_reference(q, k, v, rope, alpha=20.0)
 
 
-@pytest.mark.parametrize('programs,per_program', [(1, 3), (2, 2), (3, 1), (1000, 1)])
-def test_tokens_split_across_programs(programs, per_program):
-    """Every kernel going through ranges of token blocks (as on a GPU), the last one short, computes the same."""
-    q, k, v, rope = make_inputs(1, 1, 5, 9, 32)  # 45 tokens: 3 blocks of 16
-    with nala_triton.use_tuning(programs=programs):
-        launch = nala_jit._Launch(q, None, None, nala_triton.current_tuning())
-        assert launch.token_ranges() == launch.block_ranges() == (per_program, -(-3 // per_program))
-        check_against_reference(q, k, v, rope)
+# (programs per head and value block, alpha, head dim): 3 token blocks per head split 1 x 3, 2 + a short 1,
+# 3 x 1, and with more programs than blocks (also 3 x 1); at d = 96 (two value blocks) the kernels over
+# token blocks take one block per program whatever the tuning, so only the passes over the state split.
+TOKEN_SPLITS = [(1, None, 32), (2, 20.0, 32), (3, None, 32), (1000, 20.0, 32), (2, None, 64),
+                (1, 20.0, 96), (2, None, 96), (1000, 20.0, 96)]
 
 
-@pytest.mark.parametrize('head_dim,block_ranges', [(64, (2, 2)), (96, (1, 3))])
-def test_token_ranges_of_several_heads(head_dim, block_ranges):
-    """Ranges of two blocks in every (batch, head); at d = 96 (two value blocks) the kernels over token blocks
-    cannot hold the state and take one block per program."""
-    q, k, v, rope = make_inputs(2, 2, 5, 9, head_dim)  # 4 heads of 45 tokens: ranges of 2 + 1 blocks
-    with nala_triton.use_tuning(programs=8):
-        launch = nala_jit._Launch(q, None, None, nala_triton.current_tuning())
-        assert launch.token_ranges() == (2, 2) and launch.block_ranges() == block_ranges
-        check_against_reference(q, k, v, rope)
-        check_against_reference(q, k, v, rope, alpha=20.0)
-
-
-@pytest.mark.parametrize('head_dim,passes', [(64, 0), (96, 1)])
-def test_d_state_gets_its_own_pass_only_for_wide_heads(monkeypatch, head_dim, passes):
-    """The query-gradient kernel sums d state too where it holds the state (d <= 64); at d = 96 a pass of its own."""
-    calls = []
-    own_pass = nala_jit._backward_state
-    monkeypatch.setattr(nala_jit, '_backward_state', lambda *args: calls.append(args) or own_pass(*args))
-    q, k, v, rope = make_inputs(1, 1, 3, 5, head_dim)
-    fused(q, k, v, rope).sum().backward()
-    assert len(calls) == passes
+@pytest.mark.parametrize('per_head,alpha,d', TOKEN_SPLITS)
+def test_tokens_split_across_programs(per_head, alpha, d):
+    """Kernels that split each head's tokens into ranges of token blocks, one range per program (as on a GPU),
+    compute the same function: 45 tokens (3 blocks of 16) in each of 2 heads, with about ``per_head``
+    programs for every head and value block (Tuning.programs counts them all)."""
+    q, k, v, rope = make_inputs(1, 2, 5, 9, d)
+    _, block_dv, dv_pad = feature_blocks(d)
+    with nala_triton.use_tuning(programs=per_head * 2 * (dv_pad // block_dv)):
+        check_against_reference(q, k, v, rope, alpha=alpha)
 
 
 @pytest.mark.parametrize('block_n,num_warps,alpha,shape', [
@@ -244,27 +240,32 @@ def test_single_pass_tensor_core_dots_round_their_operands(dot):
     assert DOT_TOLERANCE[dot] / 100 < relative < DOT_TOLERANCE[dot]
 
 
-@pytest.fixture
-def launches(monkeypatch):
-    """Every kernel launch of the test, in order, as its ``nala_jit._Launch``."""
-    seen = []
-    launch_init = nala_jit._Launch.__init__
-
-    def record(self, *args):
-        launch_init(self, *args)
-        seen.append(self)
-
-    monkeypatch.setattr(nala_jit._Launch, '__init__', record)
-    return seen
+def outputs_and_grads(q, k, v, rope, dout, alpha=None, forward=None, backward=None):
+    """[out, dq, dk, dv] of one fused call, its forward run under ``use_tuning(**forward)`` and its backward
+    under ``use_tuning(**backward)`` (None: the current tuning)."""
+    with nala_triton.use_tuning(**(forward or {})):
+        out = fused(q, k, v, rope, alpha)
+    with nala_triton.use_tuning(**(backward or {})):
+        return [out.detach(), *torch.autograd.grad(out, (q, k, v), dout)]
 
 
-def test_backward_uses_the_tuning_of_its_forward(launches):
-    """A call's backward launches with its forward's tuning, whatever is current when it runs."""
-    q, k, v, rope = make_inputs(1, 1, 5, 9, 32)
-    with nala_triton.use_tuning(block_n=32):
-        out = fused(q, k, v, rope)
-    out.sum().backward()
-    assert [launch.block_n for launch in launches] == [32] * 4  # forward state, output; backward query, key
+def assert_all_equal(actual, expected):
+    for name, a, b in zip(('out', 'dq', 'dk', 'dv'), actual, expected):
+        assert torch.equal(a, b), name
+
+
+def test_backward_uses_the_tuning_of_its_forward():
+    """A call's backward runs with its forward's tuning, whatever is current when it runs: the same bits as a
+    call under that tuning throughout (and the two tunings do give different gradients). d = 96: every
+    backward pass, the d state's own included; 21 tokens, 2 blocks of 16 or 1 of 32."""
+    q, k, v, rope = make_inputs(1, 1, 3, 7, 96)
+    dout = torch.randn(q.shape, generator=torch.Generator().manual_seed(1)).to(DEVICE)
+    a = dict(block_n=32, dot='bf16' if TENSOR_CORES else 'ieee', programs=1)
+    b = dict(block_n=16, dot='ieee', programs=1000)
+    switched = outputs_and_grads(q, k, v, rope, dout, forward=a, backward=b)
+    assert_all_equal(switched, outputs_and_grads(q, k, v, rope, dout, forward=a, backward=a))
+    throughout_b = outputs_and_grads(q, k, v, rope, dout, forward=b, backward=b)
+    assert not any(torch.equal(x, y) for x, y in zip(switched[1:], throughout_b[1:]))
 
 
 def test_auto_dot_follows_the_inputs_and_pytorch_matmul_precision():
@@ -294,17 +295,25 @@ def test_auto_dot_follows_the_inputs_and_pytorch_matmul_precision():
         resolve('bf16', torch.float32, (7, 5))
 
 
-@pytest.mark.parametrize('dtype,expected', [(torch.bfloat16, 'bf16'), (torch.float16, 'tf32'),
-                                            (torch.float32, 'ieee')])
-def test_default_tuning_launches_the_resolved_operands(launches, dtype, expected):
-    """The default ('auto') reaches every launch of a forward and backward as one resolved mode."""
-    q, k, v, rope = make_inputs(1, 1, 3, 5, 32, dtype=dtype)
-    fused(q, k, v, rope).sum().backward()
-    assert [launch.dot for launch in launches] == [expected] * 4
+@pytest.mark.parametrize('dtype,expected,d', [(torch.bfloat16, 'bf16', 32), (torch.float16, 'tf32', 96),
+                                              (torch.float32, 'ieee', 32)])
+def test_default_tuning_multiplies_as_the_resolved_operands(dtype, expected, d):
+    """The default ('auto') reaches a forward and backward as one resolved mode: the output and gradients are
+    bit-identical to those of that mode named explicitly (and differ from another mode's)."""
+    resolved = nala_triton.resolve_dot('auto', dtype, CAPABILITY)
+    assert resolved == (expected if TENSOR_CORES else 'ieee')
+    assert nala_triton.current_tuning().dot == 'auto'
+    q, k, v, rope = make_inputs(1, 1, 3, 5, d, dtype=dtype)
+    dout = torch.randn(q.shape, generator=torch.Generator().manual_seed(1)).to(DEVICE)
+    default = outputs_and_grads(q, k, v, rope, dout)
+    assert_all_equal(outputs_and_grads(q, k, v, rope, dout, forward=dict(dot=resolved)), default)
+    if TENSOR_CORES:
+        other = outputs_and_grads(q, k, v, rope, dout, forward=dict(dot='ieee' if resolved != 'ieee' else 'tf32'))
+        assert not any(torch.equal(x, y) for x, y in zip(other, default))
 
 
 def test_kernel_tuning_from_model_kernel_kwargs():
-    """Per-stage kernel_kwargs give the fused stages their own checked tuning, used by every launch."""
+    """Per-stage kernel_kwargs give the fused stages their own checked tuning, which their calls run with."""
     model = timm.create_model(
         'nalaformer_xt', attn_types=('nala_triton', 'nala_cos_triton', 'softmax', 'softmax'),
         kernel_kwargs=(dict(tuning=dict(block_n=32)), dict(alpha=5., tuning=dict(block_n=64, dot='bf16')), None, None))
@@ -312,6 +321,12 @@ def test_kernel_tuning_from_model_kernel_kwargs():
     assert [(k.tuning.block_n, k.tuning.dot) for k in kernels] == [(32, 'auto'), (64, 'bf16')]
     assert kernels[1].alpha == 5. and 'tuning=Tuning(block_n=64' in repr(kernels[1])
     assert nala_triton.current_tuning() == nala_triton.Tuning()
+    q, k, v, rope = make_inputs(1, 2, 3, 5, 32)
+    with torch.no_grad():
+        out = kernels[1](q, k, v, rope)
+        tuned = nala_triton.Tuning(block_n=64, dot='bf16')
+        assert torch.equal(out, nala_triton.nala_cos_attention(q, k, v, rope, 5.0, tuning=tuned))
+        assert not torch.equal(out, nala_triton.nala_cos_attention(q, k, v, rope, 5.0))  # the current tuning's
     with pytest.raises(ValueError, match="dot must be 'auto' or one of"):
         build_attention_kernel('nala_triton', tuning=dict(dot='fp8'))
     with pytest.raises(TypeError, match="got an unexpected keyword argument 'block'"):
@@ -322,6 +337,8 @@ def test_tuning_beyond_the_gpu_on_chip_memory_fails_clearly(monkeypatch):
     """A tuning whose programs need more shared memory than the GPU has (e.g. 'tf32x3' products at d = 64 on a
     100 KB sm_86) fails naming the kernel, the figures and what to change, not Triton's block-size advice."""
     from triton.runtime.errors import OutOfResources
+
+    from nalaformer.kernels import nala_jit  # no public way to make a launch exceed the on-chip memory
 
     class TooLarge:
         __name__ = '_backward_key_kernel'
@@ -389,22 +406,26 @@ def test_registered_kernels_and_fallback(monkeypatch):
         m.setattr(nala_triton, 'INTERPRETED', False)
         assert not nala_triton.triton_supported(*(x.detach().cpu() for x in (q, k, v, rope)))
 
-    calls = []
-    monkeypatch.setattr(nala_triton, 'nala_cos_attention', lambda *a: calls.append(a))
-    monkeypatch.setattr(nala_triton, 'triton_supported', lambda *a: False)
-    expected = build_attention_kernel('nala_cos', alpha=5.0)(q, k, v, rope)
-    torch.testing.assert_close(kernel(q, k, v, rope), expected)
-    assert not calls
+    with torch.no_grad():
+        expected = build_attention_kernel('nala_cos', alpha=5.0)(q, k, v, rope)
+        fused_out = kernel(q, k, v, rope)
+        monkeypatch.setattr(nala_triton, 'triton_supported', lambda *a: False)
+        fallback = kernel(q, k, v, rope)
+    for out in (fused_out, fallback):
+        torch.testing.assert_close(out, expected)
+    assert not torch.equal(fallback, fused_out)  # not the fused kernels, which round differently
 
 
-def test_kernel_module_keeps_half_inputs_and_returns_float32(monkeypatch):
-    """The registered kernel hands bfloat16 q, k, v to the fused function as they are; output float32."""
-    seen = []
-    real = nala_triton.nala_attention
-    monkeypatch.setattr(nala_triton, 'nala_attention', lambda *a: seen.append(a[0].dtype) or real(*a))
+def test_kernel_module_keeps_half_inputs_and_returns_float32():
+    """The registered kernel hands bfloat16 q, k, v to the fused function as they are (the same bits as
+    nala_attention on them, whose 'auto' products then follow bfloat16); output float32."""
     q, k, v, rope = make_inputs(1, 1, 3, 5, 32, dtype=torch.bfloat16)
-    out = build_attention_kernel('nala_triton')(q, k, v, rope)
-    assert seen == [torch.bfloat16] and out.dtype == torch.float32
+    with torch.no_grad():
+        out = build_attention_kernel('nala_triton')(q, k, v, rope)
+        assert out.dtype == torch.float32
+        assert torch.equal(out, nala_triton.nala_attention(q, k, v, rope))
+        if resolved_dot(torch.bfloat16) != resolved_dot(torch.float32):
+            assert not torch.equal(out, nala_triton.nala_attention(q.float(), k.float(), v.float(), rope))
 
 
 @pytest.mark.parametrize('alpha', [None, 5.0])
@@ -474,48 +495,61 @@ def reference_and_fused(model_name, config=None, **fused_kernels):
     fused_model.load_state_dict(default.state_dict())
     return default, fused_model.eval().to(DEVICE)
 
-def test_model_with_triton_stages_matches_default(launches):
+
+def read_only_grid_factors(model, grids):
+    """Overwrite, before each call of ``model``'s fused kernels, every value of the RoPE table outside the row
+    and column factors of its token grid (``grids``: N -> (H, W)). The results stay the reference model's only
+    if the model gives the kernels their grid, so that they read the table through its factors."""
+    def scramble(module, args, kwargs):
+        q, k, v, rope = args
+        return (q, k, v, scramble_outside_factors(rope, *grids[q.shape[-2]])), kwargs
+
+    hooked = [m.register_forward_pre_hook(scramble, with_kwargs=True) for m in model.modules()
+              if isinstance(m, NaLaTritonKernel)]
+    assert hooked
+
+
+def test_model_with_triton_stages_matches_default():
     """nalaformer_xt with fused NaLa stages gives the default model's logits and input gradients; its
     attention modules give the kernels their token grid, so the RoPE table is read through its factors."""
     default, fused_model = reference_and_fused('nalaformer_xt', attn_types=FUSED_XT_STAGES)
     kernels = [type(m).__name__ for name, m in fused_model.named_modules() if name.endswith('attn.kernel')]
     assert kernels[:4] == ['NaLaTritonKernel'] * 4 and 'NaLaTritonKernel' not in kernels[4:]
+    read_only_grid_factors(fused_model, {8 * 16: (8, 16), 4 * 8: (4, 8)})
     x = torch.randn(2, 3, 32, 64, device=DEVICE)  # stage 1: 8 x 16 tokens, stage 2: 4 x 8
     x_default = x.clone().requires_grad_()
     x_fused = x.clone().requires_grad_()
     logits = default(x_default)
     logits_fused = fused_model(x_fused)
     torch.testing.assert_close(logits_fused, logits, rtol=1e-4, atol=1e-4)
-    assert {launch.rope_args for launch in launches} == {(16, 16), (8, 8)}  # grid widths of stages 1 and 2
     logits.square().sum().backward()
     logits_fused.square().sum().backward()
     # Input gradients pass through the whole network (on a GPU: TF32, non-deterministic convolution backward).
     torch.testing.assert_close(x_fused.grad, x_default.grad, rtol=1e-3, atol=1e-3 * x_default.grad.abs().max().item())
 
 
-def test_nala_swin_with_triton_linear_stages_matches_default(launches):
+def test_nala_swin_with_triton_linear_stages_matches_default():
     """NaLa-Swin's global-attention stages with the fused kernel: same logits, grid reads of the table."""
     default, fused_model = reference_and_fused(
-        'nala_swin_tiny', linear_kernel='nala_triton',
-        config=dict(embed_dim=16, depths=(1, 1, 1, 1), num_heads=(1, 2, 2, 4), attn_layout='LLSS'))
+        'nala_swin_tiny', attn_types=('nala_triton', 'nala_triton', 'shifted_window', 'shifted_window'),
+        config=dict(embed_dim=16, depths=(1, 1, 1, 1), num_heads=(1, 2, 2, 4)))
+    read_only_grid_factors(fused_model, {16 * 24: (16, 24), 8 * 12: (8, 12)})
     x = torch.randn(2, 3, 64, 96, device=DEVICE)  # linear stages: 16 x 24 and 8 x 12 tokens
     with torch.no_grad():
         torch.testing.assert_close(fused_model(x), default(x), rtol=1e-4, atol=1e-4)
-    assert {launch.rope_args for launch in launches} == {(24, 24), (12, 12)}
 
 
-def test_model_with_triton_stages_under_bf16_autocast(launches):
-    """Under bfloat16 autocast the fused stages take bf16 q, k, v and multiply bf16 operands ('auto'), and
-    the logits stay as close to the float32 model's as those of the reference kernel under autocast."""
+def test_model_with_triton_stages_under_bf16_autocast():
+    """Under bfloat16 autocast the logits of the model with fused stages (which take the bf16 q, k, v as they
+    are and multiply bf16 operands, see test_kernel_module_keeps_half_inputs_and_returns_float32) stay as close
+    to the float32 model's as those of the reference kernel under autocast."""
     default, fused_model = reference_and_fused('nalaformer_xt', attn_types=FUSED_XT_STAGES)
     x = torch.randn(2, 3, 32, 64, device=DEVICE)
     with torch.no_grad():
         exact = default(x)
         with torch.autocast(DEVICE, dtype=torch.bfloat16):
             reference_amp = default(x).float()
-            launches.clear()
             fused_amp = fused_model(x).float()
-    assert [launch.dot for launch in launches] == ['bf16'] * 2 * 4  # 4 fused blocks, 2 forward launches each
     autocast_error = (reference_amp - exact).abs().max()
     assert autocast_error > 0  # autocast really ran in bfloat16
     assert (fused_amp - exact).abs().max() <= 2 * autocast_error
@@ -544,7 +578,7 @@ def test_benchmark_tool_smoke(tmp_path, capsys):
     assert len(rows) == len(tool.TINY_SIDES) * len(tool.METHODS) * len(tool.MODES)
     assert all(r['status'] == 'ok' and r['time_ms'] > 0 and r['bandwidth_gbps'] > 0 for r in rows)
     assert all(r['fused'] for r in rows if r['method'] == 'nala_triton')
-    assert results['triton_interpreter'] == nala_jit.INTERPRETED
+    assert results['triton_interpreter'] == INTERPRETED
     assert [c['n'] for c in results['checks']] == [side * side for side in tool.TINY_SIDES]
     assert all(err < DOT_TOLERANCE['tf32'] for c in results['checks'] for err in c['relative_max_error'].values())
     assert (tmp_path / 'benchmark_kernels.png').read_bytes()[:8] == b'\x89PNG\r\n\x1a\n'
@@ -562,5 +596,4 @@ def test_resource_tool_compiles_for_hopper_without_a_gpu(tmp_path):
     for row in rows:
         assert row['status'] == 'ok', row
         assert 0 < row['registers'] <= 255 and row['spill_stores'] >= 0 and row['shared'] > 0
-        assert row['programs_per_sm'] == min(65536 // (row['registers'] * 32 * 8), 64 // 8,
-                                             228 * 1024 // row['shared'])
+        assert 1 <= row['programs_per_sm'] <= 8  # the program fits on an SM; 8 warps each, 64 per SM

@@ -1,11 +1,15 @@
 """Evaluate a checkpoint with the config's test dataloader and evaluator (any task).
 
-    python tools/test.py configs/nalaformer/nalaformer-t_8xb128_in1k.py work_dirs/.../best.pth
+    python tools/test.py configs/nalaformer/nalaformer-t_8xb128_in1k.py work_dirs/.../best.pth [--ema]
     python tools/test.py CONFIG release_nalaformer_t.pth       # the authors' checkpoints work too
     python tools/test.py configs/ade20k/CONFIG.py work_dirs/.../best_mIoU_iter_*.pth --tta --show-dir vis/
 
-Checkpoints written by tools/train.py are loaded as they are; other weights (the release's
-.pth, .safetensors) go through the model's checkpoint filter, which rejects other variants.
+The checkpoint is read once, through nalaformer.checkpoint. Checkpoints written by tools/train.py
+load into the model they were written from; other weights (the release's .pth, .safetensors,
+converted files) go through the model's checkpoint filter, which rejects other variants. ``--ema``
+evaluates the checkpoint's EMA weights (an error if it has none). A checkpoint that records other
+``attn_types`` / ``kernel_kwargs`` than the config's model fails, naming both, unless
+``--accept-definition-change``.
 """
 import argparse
 import os.path as osp
@@ -15,9 +19,8 @@ import numpy as np
 from mmengine.config import DictAction
 
 import nalaformer.engine  # noqa: F401
-from nalaformer.checkpoint import CheckpointError
-from nalaformer.engine.checkpoint import _load_local_weights_only, check_state_dict_fits
-from nalaformer.engine.launch import build_runner, check_dataset_files, finalize_config, load_config
+from nalaformer.checkpoint import Checkpoint, CheckpointError, load_checkpoint_into
+from nalaformer.engine.launch import ConfigError, build_runner, check_dataset_files, finalize_config, load_config
 
 
 def parse_args(argv=None):
@@ -26,7 +29,10 @@ def parse_args(argv=None):
     parser.add_argument('checkpoint', help='checkpoint (.pth from tools/train.py, the release\'s .pth, .safetensors)')
     parser.add_argument('--work-dir', help='where logs go (default: work_dirs/<config name>)')
     parser.add_argument('--show-dir', help='write visualised predictions here (segmentation/detection)')
-    parser.add_argument('--ema', action='store_true', help='evaluate the EMA weights stored in the checkpoint')
+    parser.add_argument('--ema', action='store_true',
+                        help='evaluate the EMA weights stored in the checkpoint (ours, timm\'s or the release\'s)')
+    parser.add_argument('--accept-definition-change', action='store_true',
+                        help='evaluate a checkpoint recorded with other attn_types / kernel_kwargs than the config')
     parser.add_argument('--tta', action='store_true',
                         help="test-time augmentation with the config's tta_pipeline and tta_model "
                              '(segmentation: scales 0.5-1.75 and flips)')
@@ -36,29 +42,20 @@ def parse_args(argv=None):
     return parser.parse_args(argv)
 
 
-def is_runner_checkpoint(path: str) -> bool:
-    if not path.endswith(('.pth', '.pt', '.ckpt')):
-        return False
-    checkpoint = _load_local_weights_only(path, map_location='cpu')
-    return isinstance(checkpoint, dict) and 'state_dict' in checkpoint and 'meta' in checkpoint
-
-
 def main(argv=None):
     args = parse_args(argv)
     cfg = finalize_config(load_config(args.config, args.cfg_options), args.config, args.work_dir, args.launcher)
-    runner_checkpoint = is_runner_checkpoint(args.checkpoint)
-    if runner_checkpoint:
-        cfg.load_from = args.checkpoint
-    elif cfg.model.get('type') == 'TimmClassifier':
-        cfg.model.pretrained = args.checkpoint
-    else:
-        raise SystemExit(f'{args.checkpoint} is not a checkpoint written by tools/train.py; for dense tasks '
-                         f'load backbone weights through model.backbone.init_cfg and train/fine-tune first')
-    if args.ema:
-        ema_hooks = [h for h in cfg.get('custom_hooks', []) if h.get('type') == 'DualEMAHook']
-        if not ema_hooks:
-            raise SystemExit('--ema: this config has no DualEMAHook, so its checkpoints hold no EMA weights')
-        ema_hooks[0].test_with_ema = True
+    if not osp.isfile(args.checkpoint):
+        raise ConfigError(f'checkpoint {args.checkpoint} does not exist')
+    checkpoint = Checkpoint.read(args.checkpoint)
+    classification = cfg.model.get('type') == 'TimmClassifier'
+    if not (checkpoint.is_runner_checkpoint or classification):
+        raise ConfigError(f'{args.checkpoint} is not a checkpoint written by tools/train.py; for dense tasks load '
+                          f'backbone weights through model.backbone.init_cfg and train/fine-tune first')
+    # the weights come from the checkpoint alone: nothing the config would load on its own
+    cfg.load_from = None
+    if classification:
+        cfg.model.pretrained = None
     if args.show_dir and cfg.default_hooks.visualization.type.endswith('SegVisualizationHook'):
         # mmseg's hook draws every `interval`-th image through the visualizer: <show-dir>/vis_data/vis_image
         cfg.default_hooks.visualization.update(draw=True, interval=1)
@@ -68,14 +65,13 @@ def main(argv=None):
         cfg.default_hooks.visualization.update(draw=True, test_out_dir=osp.abspath(args.show_dir))
     if args.tta:
         if not {'tta_model', 'tta_pipeline'} <= set(cfg):
-            raise SystemExit('--tta: this config defines no tta_model and tta_pipeline')
+            raise ConfigError('--tta: this config defines no tta_model and tta_pipeline')
         cfg.test_dataloader.dataset.pipeline = cfg.tta_pipeline
         cfg.model = dict(cfg.tta_model, module=cfg.model)
     check_dataset_files(cfg, ('test',))
     runner = build_runner(cfg)
-    if runner_checkpoint:
-        state = _load_local_weights_only(args.checkpoint, map_location='cpu')['state_dict']
-        check_state_dict_fits(runner.model, state)
+    load_checkpoint_into(runner.model, checkpoint, ema=args.ema, accept_definition_change=args.accept_definition_change,
+                         cfg_prefix='model.' if classification else 'model.backbone.')
     metrics = runner.test()
     print({k: round(float(v), 4) if isinstance(v, (float, np.floating)) else v for k, v in metrics.items()})
     return metrics
@@ -84,5 +80,5 @@ def main(argv=None):
 if __name__ == '__main__':
     try:
         main()
-    except (KeyError, FileNotFoundError, CheckpointError) as e:
-        sys.exit(f'error: {e.args[0] if e.args else e}')
+    except (ConfigError, CheckpointError) as e:  # the arguments are wrong; anything else keeps its traceback
+        sys.exit(f'error: {e}')

@@ -6,6 +6,7 @@
     torchrun --nproc_per_node 8 tools/train.py CONFIG --launcher pytorch   (or tools/dist_train.sh)
 """
 import argparse
+import os.path as osp
 import sys
 import warnings
 
@@ -13,7 +14,8 @@ import torch
 from mmengine.config import DictAction
 
 import nalaformer.engine  # noqa: F401  (registers models, datasets, hooks, metrics, runner)
-from nalaformer.engine.launch import build_runner, check_dataset_files, finalize_config, load_config
+from nalaformer.checkpoint import CheckpointError
+from nalaformer.engine.launch import ConfigError, build_runner, check_dataset_files, finalize_config, load_config
 
 
 def parse_args(argv=None):
@@ -39,7 +41,7 @@ def apply_amp(cfg, dtype: str) -> None:
     elif dtype == 'bfloat16':
         wrapper.update(type='CPUAmpOptimWrapper', dtype=dtype)
     else:
-        raise SystemExit('--amp float16 needs a GPU; on CPU use --amp bfloat16')
+        raise ConfigError('--amp float16 needs a GPU; on CPU use --amp bfloat16')
 
 
 def add_wandb(cfg, project: str) -> None:
@@ -57,6 +59,8 @@ def main(argv=None):
     if args.resume == 'auto':
         cfg.resume, cfg.load_from = True, None
     elif args.resume:
+        if not osp.isfile(args.resume):
+            raise ConfigError(f'--resume {args.resume}: no such checkpoint file')
         cfg.resume, cfg.load_from = True, args.resume
     if args.amp:
         apply_amp(cfg, args.amp)
@@ -71,5 +75,5 @@ def main(argv=None):
 if __name__ == '__main__':
     try:
         main()
-    except (KeyError, FileNotFoundError) as e:
-        sys.exit(f'error: {e.args[0] if e.args else e}')
+    except (ConfigError, CheckpointError) as e:  # what the user asked for is wrong; anything else keeps its traceback
+        sys.exit(f'error: {e}')

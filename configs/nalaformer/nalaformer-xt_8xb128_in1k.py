@@ -1,4 +1,4 @@
-# NaLaFormer-XT on ImageNet-1K, 8 GPUs x 128 images, release recipe (SPEC §6).
+# NaLaFormer-XT on ImageNet-1K, 8 GPUs x 128 images, release recipe.
 _base_ = [
     '../_base_/models/nalaformer.py',
     '../_base_/datasets/imagenet_bs128.py',

@@ -1,4 +1,4 @@
-# A pico NaLa-Swin ('LLSS': global NaLa in stages 1-2, Swin's windowed softmax in 3-4) trained from scratch on
+# A pico NaLa-Swin (global NaLa in stages 1-2, Swin's windowed softmax in 3-4) trained from scratch on
 # Fashion-MNIST in ImageFolder layout (a few minutes on a CPU): the end-to-end check of the Swin-T
 # protocol models on real images.
 #   apt-get install dataset-fashion-mnist

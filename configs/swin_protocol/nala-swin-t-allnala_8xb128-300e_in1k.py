@@ -1,4 +1,4 @@
-# Swin-T protocol with NaLa in all four stages ('LLLL'; not a row of the paper): global linear attention
+# Swin-T protocol with NaLa in all four stages (not a row of the paper): global linear attention
 # everywhere, no windows at all.
 _base_ = ['./nala-swin-t_table5-table6-nala_8xb128-300e_in1k.py']
-model = dict(attn_layout='LLLL')
+model = dict(attn_types='nala')

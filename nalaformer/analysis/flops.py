@@ -34,7 +34,7 @@ def _cpu_sdpa_flops(query_shape, key_shape, value_shape, *args, out_shape=None, 
 # The CPU fused attention op is missing from torch's formula table; its cost is SDPA's.
 _EXTRA_FORMULAS = {torch.ops.aten._scaled_dot_product_flash_attention_for_cpu: _cpu_sdpa_flops}
 
-# The paper's table (SPEC §5): (params, FLOPs = fvcore MACs at 224x224).
+# The paper's table (Table 1 of arXiv 2506.21137): (params, FLOPs = fvcore MACs at 224x224).
 PAPER_CLAIMS: Dict[str, Tuple[float, float]] = {
     'nalaformer_xt': (8e6, 1.0e9),
     'nalaformer_t': (15e6, 2.7e9),

@@ -25,7 +25,9 @@ class NaLaBackbone(BaseModule):
         out_norms: a LayerNorm on each output (detection/segmentation heads expect normalised maps).
         init_cfg: ``dict(type='Pretrained', checkpoint=PATH)`` loads an ImageNet checkpoint of ours,
             the release's, a ``.safetensors`` or a dense-task checkpoint; the classifier is dropped and
-            missing/unexpected keys are reported.
+            missing/unexpected keys are reported. ``ema=True`` takes its EMA weights (an error if it has
+            none); ``accept_definition_change=True`` accepts a checkpoint recorded with other
+            ``attn_types`` / ``kernel_kwargs`` (otherwise an error naming both).
         **model_kwargs: the model's own arguments (drop_path_rate, attn_types, embed_dims, ...).
 
     ``forward(x)``: (B, C, H, W), any H, W -> tuple of (B, C_i, ceil(H/s_i), ceil(W/s_i)).
@@ -76,7 +78,9 @@ class NaLaBackbone(BaseModule):
             raise FileNotFoundError(
                 f'backbone checkpoint {path} does not exist: put ImageNet weights there (ours or the release\'s) or '
                 f'set --cfg-options model.backbone.init_cfg.checkpoint=PATH (model.backbone.init_cfg=None: no weights)')
-        self.model.model.load_pretrained(path)  # the model's own safe loader and checkpoint filter
+        self.model.model.load_pretrained(  # the model's own safe loader and checkpoint filter
+            path, ema=self.init_cfg.get('ema', False),
+            accept_definition_change=self.init_cfg.get('accept_definition_change', False))
         print_log(f'loaded backbone weights from {path}', logger='current', level=logging.INFO)
         self._is_init = True
 

@@ -3,7 +3,7 @@
 Everything else (Runner, optimizers, schedulers, EMA, logging, checkpoint hooks) is
 mmengine's own; data augmentation, Mixup/CutMix and losses are timm's.
 """
-from .checkpoint import NaLaRunner, ResumableCheckpointHook, check_state_dict_fits
+from .checkpoint import NaLaRunner, ResumableCheckpointHook
 from .classifier import TimmClassifier
 from .data import ImageFolderDataset, RepeatAugSampler
 from .hooks import DualEMAHook, EpochSeedHook

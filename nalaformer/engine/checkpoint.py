@@ -1,27 +1,25 @@
-"""Safe, atomic mmengine checkpoints that resume under torch.load(weights_only=True).
+"""mmengine checkpoints that are safe, atomic, resumable and know which models they hold.
 
-mmengine stores its MessageHub (HistoryBuffer objects with numpy arrays) in checkpoints and
-loads with a bare torch.load, which torch >= 2.6 restricts to tensors and plain data. Rather
-than allowlisting mmengine and numpy classes (reconstructing them can need
-``builtins.getattr``), :class:`ResumableCheckpointHook` stores that state as tensors and plain
-data and rebuilds it on load. :class:`NaLaRunner` writes every checkpoint to a temporary file
-and renames it into place, and local checkpoints are read with ``weights_only=True`` (plus
-``argparse.Namespace``, which the release's checkpoints carry).
+mmengine stores its MessageHub (HistoryBuffer objects with numpy arrays) in checkpoints, which
+``torch.load(weights_only=True)`` refuses. Rather than allowlisting mmengine and numpy classes
+(reconstructing them can need ``builtins.getattr``), :class:`ResumableCheckpointHook` stores that
+state as tensors and plain data and rebuilds it on load. :class:`NaLaRunner` writes every
+checkpoint atomically, records the definitions of the project's models in it, reads checkpoints
+through :mod:`nalaformer.checkpoint` and checks recorded definitions when it loads one.
 """
-import argparse
 import os
 import os.path as osp
-from typing import Dict
 
 import numpy as np
 import torch
 from mmengine.dist import master_only
 from mmengine.hooks import Hook
 from mmengine.logging import HistoryBuffer
+from mmengine.model import is_model_wrapper
 from mmengine.registry import HOOKS, RUNNERS
 from mmengine.runner import CheckpointLoader, Runner
 
-from ..checkpoint import CheckpointError, describe_architecture
+from ..checkpoint import Checkpoint, CheckpointError, check_definition, model_definitions, newest_readable_checkpoint
 
 _HISTORY_BUFFER = '__history_buffer__'
 
@@ -67,52 +65,46 @@ class ResumableCheckpointHook(Hook):
             checkpoint['message_hub'] = _from_plain(checkpoint['message_hub'])
 
 
-def _load_local_weights_only(filename: str, map_location=None):
-    if not osp.isfile(filename):
-        raise FileNotFoundError(f'checkpoint {filename} does not exist')
+def load_runner_checkpoint(filename: str, map_location=None) -> dict:
+    """mmengine's loader for local files: safe reading; a damaged file names the checkpoint to resume from."""
     try:
-        with torch.serialization.safe_globals([argparse.Namespace]):
-            return torch.load(filename, map_location=map_location, weights_only=True)
-    except Exception as e:
-        raise CheckpointError(
-            f'{filename} cannot be loaded with torch.load(weights_only=True): {e}. Only tensors and plain data '
-            f'are read from checkpoints; re-save the weights alone or convert with tools/convert_checkpoint.py.') from e
-
-
-CheckpointLoader.register_scheme(prefixes='', loader=_load_local_weights_only, force=True)
-
-
-def check_state_dict_fits(model: torch.nn.Module, state_dict: Dict[str, torch.Tensor]) -> None:
-    """Raise CheckpointError when tensors of ``state_dict`` have other shapes than ``model``'s.
-
-    When the mismatch is inside a NaLaFormer backbone, the message names the variant the
-    checkpoint looks like.
-    """
-    own = getattr(model, 'module', model).state_dict()  # unwrap DDP
-    mismatched = [k for k, v in state_dict.items() if k in own and own[k].shape != v.shape]
-    if not mismatched:
-        return
-    message = f'checkpoint does not fit the model: {len(mismatched)} tensors differ in shape, e.g. {mismatched[:3]}'
-    first = mismatched[0]
-    if 'layers.' in first:  # inside a NaLaFormer: say which variant the checkpoint is
-        prefix = first[:first.index('layers.')]
-        theirs = {k[len(prefix):]: v for k, v in state_dict.items() if k.startswith(prefix)}
-        mine = {k[len(prefix):]: v for k, v in own.items() if k.startswith(prefix)}
-        try:
-            from ..models.nalaformer import _name_architecture
-            message += (f'; the checkpoint looks like {_name_architecture(describe_architecture(theirs))}, '
-                        f'the model is {_name_architecture(describe_architecture(mine))}')
-        except (CheckpointError, KeyError):
-            pass  # not a NaLaFormer layout after all: the shapes above say enough
-    raise CheckpointError(message)
+        return Checkpoint.read(filename).content
+    except CheckpointError as e:
+        if 'truncated or corrupt' not in str(e):
+            raise
+        directory = osp.dirname(osp.abspath(filename))
+        previous = newest_readable_checkpoint(directory, exclude=[filename])
+        advice = (f'the newest readable checkpoint in {directory} is {previous}: resume from it with '
+                  f'--resume {previous}' if previous else
+                  f'{directory} holds no other readable checkpoint: start again without --resume')
+        raise CheckpointError(f'{e}; {advice}') from e
 
 
 @RUNNERS.register_module()
 class NaLaRunner(Runner):
-    """mmengine Runner whose checkpoints are written atomically (temporary file, then rename)."""
+    """mmengine's Runner whose checkpoints are atomic (temporary file, then rename), record the
+    definitions of the project's models (``meta.model_definitions``) and are checked against them on load."""
+
+    def __init__(self, *args, **kwargs):
+        # mmengine reads local checkpoints with a bare torch.load and no word on what went wrong; this
+        # runner's (resume, load_from) go through nalaformer.checkpoint instead. mmengine keeps one
+        # loader per scheme, so registering replaces it for the process: that is why it happens here.
+        CheckpointLoader.register_scheme(prefixes='', loader=load_runner_checkpoint, force=True)
+        super().__init__(*args, **kwargs)
+
+    def _unwrapped_model(self) -> torch.nn.Module:
+        return self.model.module if is_model_wrapper(self.model) else self.model
 
     @master_only
-    def save_checkpoint(self, out_dir: str, filename: str, *args, **kwargs) -> None:
+    def save_checkpoint(self, out_dir: str, filename: str, *args, meta=None, **kwargs) -> None:
+        meta = dict(meta or {}, model_definitions=model_definitions(self._unwrapped_model()))
         tmp_name = f'.{filename}.tmp'
-        super().save_checkpoint(out_dir, tmp_name, *args, **kwargs)
+        super().save_checkpoint(out_dir, tmp_name, *args, meta=meta, **kwargs)
         os.replace(osp.join(out_dir, tmp_name), osp.join(out_dir, filename))
+
+    def load_checkpoint(self, filename: str, *args, **kwargs) -> dict:
+        checkpoint = super().load_checkpoint(filename, *args, **kwargs)
+        model = self._unwrapped_model()
+        for definition in Checkpoint(filename, checkpoint).definitions:
+            check_definition(definition, model.get_submodule(definition['module']), source=filename)
+        return checkpoint

@@ -18,6 +18,9 @@ class TimmClassifier(BaseModel):
             which rejects the ones it does not know.
         pretrained: checkpoint to start from (ours, the release's, ``.pth`` or ``.safetensors``);
             a classifier of another number of classes is dropped (fine-tuning).
+        pretrained_ema: start from the checkpoint's EMA weights (an error if it has none).
+        accept_definition_change: start from a checkpoint recorded with other ``attn_types`` /
+            ``kernel_kwargs`` than this model's (otherwise an error naming both).
         mixup: timm ``Mixup`` arguments (``num_classes`` and ``label_smoothing`` are filled in) or None.
         label_smoothing: smoothing of the targets (inside Mixup when it is on).
         grad_checkpointing: trade compute for memory in every stage.
@@ -26,7 +29,8 @@ class TimmClassifier(BaseModel):
     'loss' -> dict(loss), 'predict' -> list of dict(logits (num_classes,), label ()), 'tensor' -> logits.
     """
 
-    def __init__(self, arch: str, pretrained: Optional[str] = None, mixup: Optional[dict] = None,
+    def __init__(self, arch: str, pretrained: Optional[str] = None, pretrained_ema: bool = False,
+                 accept_definition_change: bool = False, mixup: Optional[dict] = None,
                  label_smoothing: float = 0.0, grad_checkpointing: bool = False,
                  data_preprocessor: Optional[dict] = None, init_cfg: Optional[dict] = None, **model_kwargs):
         super().__init__(data_preprocessor=data_preprocessor, init_cfg=init_cfg)
@@ -35,6 +39,8 @@ class TimmClassifier(BaseModel):
             raise ValueError(f'unknown timm model {arch!r} (model.arch); similar names: {close}')
         if pretrained:
             model_kwargs.update(pretrained=True, pretrained_cfg_overlay=dict(file=str(pretrained)))
+            if pretrained_ema or accept_definition_change:  # loading options of this project's models
+                model_kwargs.update(pretrained_ema=pretrained_ema, accept_definition_change=accept_definition_change)
         self.model = timm.create_model(arch, **model_kwargs)
         if grad_checkpointing:
             self.model.set_grad_checkpointing(True)

@@ -3,6 +3,7 @@ from pathlib import Path
 from typing import Optional
 
 from mmengine.dist import get_dist_info
+from PIL import Image
 from mmengine.registry import DATA_SAMPLERS, DATASETS
 from timm.data import ImageDataset, create_transform
 from timm.data.distributed_sampler import RepeatAugSampler as TimmRepeatAugSampler
@@ -20,7 +21,8 @@ class ImageFolderDataset:
         transform: further ``create_transform`` arguments (auto_augment, re_prob, crop_pct, ...).
         classes: expected class names; the folder must hold exactly these (fine-tuning safety).
 
-    Items are ``dict(inputs=(3, H, W) float tensor, data_samples=class index)``.
+    Items are ``dict(inputs=(3, H, W) float tensor, data_samples=class index)``. An image that
+    cannot be read raises an error naming its path (timm's dataset would skip it, naming its index).
     """
 
     def __init__(self, data_root: str, split: str = 'train', input_size=224, is_training: Optional[bool] = None,
@@ -46,8 +48,14 @@ class ImageFolderDataset:
         return len(self.dataset)
 
     def __getitem__(self, index: int) -> dict:
-        image, target = self.dataset[index]
-        return dict(inputs=image, data_samples=target)
+        file, target = self.dataset.reader[index]
+        path = self.dataset.reader.filename(index, absolute=True)
+        try:
+            with file, Image.open(file) as image:
+                image = image.convert('RGB')
+        except (OSError, ValueError) as e:
+            raise OSError(f'cannot read image {path} (item {index}): {e}. Replace or remove the file.') from e
+        return dict(inputs=self.dataset.transform(image), data_samples=target)
 
 
 @DATA_SAMPLERS.register_module()

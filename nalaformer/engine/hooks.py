@@ -16,14 +16,11 @@ class DualEMAHook(EMAHook):
     Runs before RuntimeInfoHook so the EMA metrics reach the message hub, logs and CheckpointHook.
     Checkpoints keep the raw weights in ``state_dict`` (those ``accuracy/top1`` and the best
     checkpoint refer to) and the EMA weights in ``ema_state_dict`` (mmengine's EMAHook swaps
-    them). Testing uses the raw weights unless ``test_with_ema`` (``tools/test.py --ema``).
+    them). Testing evaluates the weights the model holds: ``tools/test.py --ema`` loads the EMA weights
+    themselves, through the one checkpoint reader.
     """
 
     priority = 'HIGHEST'
-
-    def __init__(self, *args, test_with_ema: bool = False, **kwargs):
-        super().__init__(*args, **kwargs)
-        self.test_with_ema = test_with_ema
 
     def before_save_checkpoint(self, runner, checkpoint: dict) -> None:
         checkpoint['ema_state_dict'] = self.ema_model.state_dict()
@@ -35,12 +32,10 @@ class DualEMAHook(EMAHook):
             super().after_load_checkpoint(runner, checkpoint)
 
     def before_test_epoch(self, runner) -> None:
-        if self.test_with_ema:
-            super().before_test_epoch(runner)
+        """No swap: the model already holds the weights under test."""
 
     def after_test_epoch(self, runner, metrics=None) -> None:
-        if self.test_with_ema:
-            super().after_test_epoch(runner, metrics)
+        """No swap back."""
 
     def before_val_epoch(self, runner) -> None:
         """The loop validates the raw weights; the EMA ones are evaluated after it."""

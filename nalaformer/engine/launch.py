@@ -1,4 +1,8 @@
-"""Shared by tools/train.py and tools/test.py: config loading with checked overrides, runner building."""
+"""Shared by tools/train.py and tools/test.py: config loading with checked overrides, runner building.
+
+Problems with the command line or the config raise :class:`ConfigError`, which the tools print as one
+line; anything raised while training or testing keeps its traceback.
+"""
 import difflib
 import logging
 import os.path as osp
@@ -9,6 +13,12 @@ from mmengine.config import Config
 from mmengine.logging import print_log
 from mmengine.registry import RUNNERS
 from mmengine.runner import Runner
+
+from .data import LAYOUT as IMAGE_FOLDER_LAYOUT
+
+
+class ConfigError(ValueError):
+    """A bad argument, config key or data path: the message says what is wrong and how to fix it."""
 
 
 def check_cfg_options(cfg: Config, options: dict) -> None:
@@ -31,13 +41,13 @@ def check_cfg_options(cfg: Config, options: dict) -> None:
                 close = difflib.get_close_matches(part, known, n=3)
                 where = '.'.join(path) or 'the top level'
                 hint = f'; did you mean {close}?' if close else f'; keys there: {sorted(known)[:20]}'
-                raise KeyError(f"--cfg-options {key}: no key '{part}' at {where}{hint}")
+                raise ConfigError(f"--cfg-options {key}: no key '{part}' at {where}{hint}")
             path.append(part)
 
 
 def load_config(path: str, cfg_options: Optional[dict] = None) -> Config:
     if not osp.isfile(path):
-        raise FileNotFoundError(f'config file {path} does not exist')
+        raise ConfigError(f'config file {path} does not exist')
     cfg = Config.fromfile(path)
     if cfg_options:
         check_cfg_options(cfg, cfg_options)
@@ -65,15 +75,24 @@ def finalize_config(cfg: Config, config_path: str, work_dir: Optional[str], laun
 def check_dataset_files(cfg: Config, splits) -> None:
     """Name the missing path and the layout the config expects when a dataset's files are absent.
 
-    Looks at OpenMMLab-style datasets (``data_root`` + ``ann_file`` + ``data_prefix``, through
-    wrappers such as RepeatDataset) and at evaluators' ``ann_file`` (COCO); other datasets check
-    their own files. ``splits``: the dataloaders the run will build, e.g. ('train', 'val').
+    Looks at our ImageFolder datasets (``data_root`` / ``split``), at OpenMMLab-style datasets
+    (``data_root`` + ``ann_file`` + ``data_prefix``, through wrappers such as RepeatDataset) and at
+    evaluators' ``ann_file`` (COCO). ``splits``: the dataloaders the run will build, e.g. ('train', 'val').
     """
     for split in splits:
         dataset = (cfg.get(f'{split}_dataloader') or {}).get('dataset')
         while dataset is not None and 'dataset' in dataset:
             dataset = dataset.dataset
-        if dataset is None or 'data_prefix' not in dataset:
+        if dataset is None:
+            continue
+        if dataset.get('type') == 'ImageFolderDataset':
+            folder = osp.join(dataset.data_root, dataset.get('split', 'train'))
+            if not osp.isdir(folder):
+                raise ConfigError(
+                    f'dataset folder {folder} does not exist ({split} data). Expected layout: {IMAGE_FOLDER_LAYOUT}. '
+                    f'Set {split}_dataloader.dataset.data_root in the config or with --cfg-options.')
+            continue
+        if 'data_prefix' not in dataset:
             continue
         root = dataset.get('data_root') or ''
         expected = [p for p in (dataset.get('ann_file'), *dataset.data_prefix.values()) if p]
@@ -84,7 +103,7 @@ def check_dataset_files(cfg: Config, splits) -> None:
             paths += [(evaluator.ann_file, f'{split}_evaluator.ann_file')] if evaluator.get('ann_file') else []
         for path, key in paths:
             if '://' not in path and not osp.exists(path):
-                raise FileNotFoundError(
+                raise ConfigError(
                     f'{path} does not exist ({split} data). Expected layout: {", ".join(expected)} under '
                     f'data_root {root!r}. Set {key} in the config or with --cfg-options.')
 

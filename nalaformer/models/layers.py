@@ -1,4 +1,4 @@
-"""Building blocks of NaLaFormer (SPEC §5), channels-first (B, C, H, W) throughout.
+"""Building blocks of NaLaFormer as released, channels-first (B, C, H, W) throughout.
 
 Module and parameter names follow the authors' release so that its checkpoints load
 without renaming (``qkvg``, ``lepe``, ``cpe1``, ``norm1.norm``, ``RoPE.angle``, ...).

@@ -3,33 +3,37 @@
 The paper's controlled comparisons (v1 Tables 5 and 6) put the attention under study into a
 Swin Transformer: stages 1-2 use that linear attention *globally* (one window covering the whole
 feature map) plus a depthwise convolution on v, stages 3-4 keep Swin's shifted-window softmax
-attention. That is the ``attn_layout='LLSS'`` default here; ``'LLLL'`` makes every stage linear
-and ``'SSSS'`` is exactly timm's Swin (it reproduces ``swin_tiny_patch4_window7_224`` bit for bit
-when given its weights).
+attention. Stages are chosen as in NaLaFormer, by per-stage ``attn_types`` and ``kernel_kwargs``;
+the default is ``('nala', 'nala', 'shifted_window', 'shifted_window')``, ``attn_types='nala'``
+makes every stage linear and ``attn_types='shifted_window'`` is exactly timm's Swin (it reproduces
+``swin_tiny_patch4_window7_224`` bit for bit when given its weights).
 
-* ``S`` stages are timm's own Swin pieces (``SwinTransformerBlock`` with ``WindowAttention`` and its
-  relative position bias, ``PatchMerging``, ``PatchEmbed``); the one change is an attention mask
-  for shifted windows built by a function that torch.fx and TorchScript handle at any input size.
-* ``L`` stages use :class:`GlobalAttentionBlock`: Swin's block layout (norm1 -> attention -> norm2 ->
-  MLP, same parameter names) with :class:`GlobalLinearAttention`: qkv -> a kernel from
-  :mod:`nalaformer.ops.nala` by name (``linear_kernel='nala'``, ``'nala_cos'``, ``'const_power'``,
-  ``'relu'``, ``'focused'``, ``'polarity'``, ...; ``kernel_kwargs`` are its arguments) over all H*W
-  tokens with the 2D RoPE of :func:`nalaformer.ops.nala.rope_table`, plus a depthwise conv on v
-  (5x5 by default, like the release's LePE; ``dwc_kernel_size=3`` for 3x3, 0 removes it).
+* ``'shifted_window'`` (:data:`SHIFTED_WINDOW`) stages are timm's own Swin pieces
+  (``SwinTransformerBlock`` with ``WindowAttention`` and its relative position bias, ``PatchMerging``,
+  ``PatchEmbed``); the one change is an attention mask for shifted windows built by a function that
+  torch.fx and TorchScript handle at any input size. They take no kernel arguments.
+* Any other name is a kernel of :mod:`nalaformer.ops.nala` (``'nala'``, ``'nala_cos'``,
+  ``'const_power'``, ``'relu'``, ``'focused'``, ``'polarity'``, ``'softmax'`` for global softmax, ...;
+  that stage's ``kernel_kwargs`` are its arguments) run by :class:`GlobalAttentionBlock`: Swin's block
+  layout (norm1 -> attention -> norm2 -> MLP, same parameter names) with
+  :class:`GlobalLinearAttention`: qkv -> the kernel over all H*W tokens with the 2D RoPE of
+  :func:`nalaformer.ops.nala.rope_table`, plus a depthwise conv on v (5x5 by default, like the
+  release's LePE; ``dwc_kernel_size=3`` for 3x3, 0 removes it).
 
 Any input size works by default (``dynamic_img_size=True``): global stages need no window
 divisibility, window stages pad to whole windows and build their masks per input, as timm's
 Swin does for dense prediction; the patch embedding pads sizes that are not multiples of 4.
 ``dynamic_img_size=False`` gives Swin's fixed input size with precomputed masks.
 
-    timm.create_model('nala_swin_tiny')                                    # LLSS, NaLa kernel
-    timm.create_model('nala_swin_tiny', linear_kernel='relu', kernel_kwargs=dict(power=3))
-    timm.create_model('nala_swin_tiny', attn_layout='SSSS')                 # plain Swin-T
+    timm.create_model('nala_swin_tiny')                                  # global NaLa in stages 1-2
+    timm.create_model('nala_swin_tiny', attn_types=('relu', 'relu', SHIFTED_WINDOW, SHIFTED_WINDOW),
+                      kernel_kwargs=(dict(power=3), dict(power=3), None, None))
+    timm.create_model('nala_swin_tiny', attn_types=SHIFTED_WINDOW)        # plain Swin-T
 """
 import logging
 import math
 import re
-from typing import Any, Dict, List, Optional, Sequence, Set, Tuple, Type, Union
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Set, Tuple, Type, Union
 
 import torch
 import torch.nn as nn
@@ -49,38 +53,56 @@ from timm.models.swin_transformer import (
 from timm.models.swin_transformer import checkpoint_filter_fn as swin_checkpoint_filter_fn
 from timm.models.vision_transformer import get_init_weights_vit
 
-from ..checkpoint import CheckpointError, local_pretrained_kwargs, read_checkpoint
-from ..ops.nala import build_attention_kernel, rope_angles, rope_table
-from .nalaformer import _WRAPPER_PREFIXES  # DDP / compile / runner prefixes
+from ..checkpoint import (
+    Checkpoint, CheckpointError, loading_options, pretrained_kwargs, pretrained_weights, strip_wrapper_prefixes,
+)
+from ..ops.nala import build_attention_kernel, per_stage_kernels, rope_angles, rope_table
 
 __all__ = ['NaLaSwinTransformer', 'GlobalLinearAttention', 'GlobalAttentionBlock', 'ShiftedWindowBlock',
-           'NaLaSwinStage', 'MODEL_ARGS', 'checkpoint_filter_fn', 'parse_attn_layout']
+           'NaLaSwinStage', 'MODEL_ARGS', 'SHIFTED_WINDOW', 'checkpoint_filter_fn']
 
 _logger = logging.getLogger(__name__)
 
 _int_or_tuple_2_t = Union[int, Tuple[int, int]]
 
-# Swin-T/S/B (Liu et al. 2021) with the drop path rates of Swin's ImageNet recipe.
+# Swin-T/S/B (Liu et al. 2021). drop_path_rate defaults to 0 as in timm's entrypoints; the configs set
+# Swin's recipe value.
 MODEL_ARGS: Dict[str, dict] = {
-    'nala_swin_tiny': dict(embed_dim=96, depths=(2, 2, 6, 2), num_heads=(3, 6, 12, 24), drop_path_rate=0.2),
-    'nala_swin_small': dict(embed_dim=96, depths=(2, 2, 18, 2), num_heads=(3, 6, 12, 24), drop_path_rate=0.3),
-    'nala_swin_base': dict(embed_dim=128, depths=(2, 2, 18, 2), num_heads=(4, 8, 16, 32), drop_path_rate=0.5),
+    'nala_swin_tiny': dict(embed_dim=96, depths=(2, 2, 6, 2), num_heads=(3, 6, 12, 24)),
+    'nala_swin_small': dict(embed_dim=96, depths=(2, 2, 18, 2), num_heads=(3, 6, 12, 24)),
+    'nala_swin_base': dict(embed_dim=128, depths=(2, 2, 18, 2), num_heads=(4, 8, 16, 32)),
 }
-ATTN_LAYOUT_CHOICES = ('L', 'S')
+# The attn_types name of Swin's shifted-window softmax stage; every other name is a kernel run globally.
+SHIFTED_WINDOW = 'shifted_window'
 
 
-def parse_attn_layout(layout: Union[str, Sequence[str]], num_stages: int) -> Tuple[str, ...]:
-    """'LLSS' or ['L', 'L', 'S', 'S'] -> ('L', 'L', 'S', 'S'); L = global linear, S = shifted-window softmax."""
-    stages = tuple(s.upper() for s in layout)
-    if len(stages) != num_stages or any(s not in ATTN_LAYOUT_CHOICES for s in stages):
-        raise ValueError(
-            f"attn_layout must give one of 'L' (global linear attention) or 'S' (Swin's shifted-window "
-            f"softmax attention) per stage, {num_stages} stages, e.g. 'LLSS'; got {layout!r}")
-    return stages
+def _resolve_attn_types(attn_types: Union[str, Sequence[str]],
+                        kernel_kwargs: Union[None, Mapping, Sequence[Optional[Mapping]]],
+                        num_stages: int) -> Tuple[Tuple[str, ...], Tuple[Optional[dict], ...]]:
+    """Per-stage (names, kwargs) of :func:`~nalaformer.ops.nala.per_stage_kernels`, checked for this family.
+
+    Each name is :data:`SHIFTED_WINDOW` (no kernel arguments) or a registered kernel that takes its
+    stage's arguments.
+    """
+    names, kwargs = per_stage_kernels(attn_types, kernel_kwargs, num_stages)
+    for stage, (name, stage_kwargs) in enumerate(zip(names, kwargs)):
+        if name == SHIFTED_WINDOW:
+            if stage_kwargs:
+                raise ValueError(
+                    f"stage {stage} is {SHIFTED_WINDOW!r} (Swin's shifted-window softmax), which takes no "
+                    f"kernel_kwargs, got {stage_kwargs}; give kernel_kwargs per stage with None for it, e.g. "
+                    f"kernel_kwargs=(dict(power=3.), dict(power=3.), None, None)")
+            continue
+        try:
+            build_attention_kernel(name, **(stage_kwargs or {}))
+        except ValueError as err:
+            raise ValueError(f"{err}; NaLa-Swin also takes {SHIFTED_WINDOW!r} (Swin's shifted-window softmax "
+                             f"stage)") from None
+    return names, kwargs
 
 
 # ----------------------------------------------------------------------------------------------
-# L stages: global linear attention
+# Global stages: a kernel of nalaformer.ops.nala over the whole map
 # ----------------------------------------------------------------------------------------------
 @register_notrace_module  # the table depends on the input's H and W
 class GlobalRoPE(nn.Module):
@@ -178,7 +200,7 @@ class GlobalAttentionBlock(nn.Module):
 
 
 # ----------------------------------------------------------------------------------------------
-# S stages: timm's shifted-window block, with a mask that fx and TorchScript build at any size
+# Shifted-window stages: timm's block, with a mask that fx and TorchScript build at any size
 # ----------------------------------------------------------------------------------------------
 @register_notrace_function  # its sizes come from the input's shape
 def shifted_window_mask(x: torch.Tensor, window_size: Tuple[int, int], shift_size: Tuple[int, int]) -> torch.Tensor:
@@ -217,14 +239,15 @@ class ShiftedWindowBlock(SwinTransformerBlock):
 class NaLaSwinStage(nn.Module):
     """One Swin stage (timm's layout: PatchMerging ``downsample`` first, then ``blocks``) of either kind.
 
-    ``attn_type``: 'S' (shifted-window softmax blocks, alternating shift) or 'L' (global linear blocks).
+    ``attn_type``: :data:`SHIFTED_WINDOW` (Swin's blocks, alternating shift) or a registered kernel's name
+    (:class:`GlobalAttentionBlock` with that kernel; ``kernel_kwargs`` are its arguments).
     ``forward(x)``: (B, H, W, C_in) -> (B, ceil(H/2), ceil(W/2), C_out) (no downsampling in stage 0).
     """
 
     def __init__(self, dim: int, out_dim: int, input_resolution: Tuple[int, int], depth: int,
-                 attn_type: str = 'S', downsample: bool = True, num_heads: int = 4, head_dim: Optional[int] = None,
-                 window_size: _int_or_tuple_2_t = 7, always_partition: bool = False, dynamic_mask: bool = False,
-                 linear_kernel: str = 'nala', kernel_kwargs: Optional[dict] = None, dwc_kernel_size: int = 5,
+                 attn_type: str = SHIFTED_WINDOW, downsample: bool = True, num_heads: int = 4,
+                 head_dim: Optional[int] = None, window_size: _int_or_tuple_2_t = 7, always_partition: bool = False,
+                 dynamic_mask: bool = False, kernel_kwargs: Optional[dict] = None, dwc_kernel_size: int = 5,
                  mlp_ratio: float = 4., qkv_bias: bool = True, proj_drop: float = 0., attn_drop: float = 0.,
                  drop_path: Union[List[float], float] = 0., norm_layer: Type[nn.Module] = nn.LayerNorm,
                  device=None, dtype=None):
@@ -244,7 +267,7 @@ class NaLaSwinStage(nn.Module):
         else:
             assert dim == out_dim
             self.downsample = nn.Identity()
-        if attn_type == 'S':
+        if attn_type == SHIFTED_WINDOW:
             blocks = [ShiftedWindowBlock(
                 dim=out_dim, input_resolution=self.output_resolution, num_heads=num_heads, head_dim=head_dim,
                 window_size=window_size, shift_size=0 if i % 2 == 0 else shift_size,
@@ -254,7 +277,7 @@ class NaLaSwinStage(nn.Module):
         else:
             blocks = [GlobalAttentionBlock(
                 dim=out_dim, input_resolution=self.output_resolution, num_heads=num_heads, head_dim=head_dim,
-                kernel=linear_kernel, kernel_kwargs=kernel_kwargs, dwc_kernel_size=dwc_kernel_size,
+                kernel=attn_type, kernel_kwargs=kernel_kwargs, dwc_kernel_size=dwc_kernel_size,
                 mlp_ratio=mlp_ratio, qkv_bias=qkv_bias, proj_drop=proj_drop, drop_path=drop_path[i],
                 norm_layer=norm_layer, **dd) for i in range(depth)]
         self.blocks = nn.Sequential(*blocks)
@@ -283,15 +306,18 @@ class NaLaSwinStage(nn.Module):
 # The model
 # ----------------------------------------------------------------------------------------------
 class NaLaSwinTransformer(nn.Module):
-    """Swin Transformer whose stages use global linear attention ('L') or shifted windows ('S').
+    """Swin Transformer whose stages use a global attention kernel or Swin's shifted windows.
 
     Args (beyond Swin's own: img_size, patch_size, in_chans, num_classes, global_pool, embed_dim,
     depths, num_heads, head_dim, window_size, always_partition, mlp_ratio, qkv_bias, drop_rate,
     proj_drop_rate, attn_drop_rate, drop_path_rate, embed_layer, norm_layer, weight_init):
-        attn_layout: one letter per stage, 'LLSS' (the paper's protocol), 'LLLL' or 'SSSS' (plain Swin).
-        linear_kernel: kernel of the L stages by name (:func:`nalaformer.ops.nala.build_attention_kernel`).
-        kernel_kwargs: the kernel's arguments (e.g. ``dict(power=3)`` for 'relu', ``dict(alpha=20.)``).
-        dwc_kernel_size: depthwise conv on v in L stages (5 as the release's LePE; 3 for 3x3; 0: none).
+        attn_types: per-stage :data:`SHIFTED_WINDOW` or a kernel name of :mod:`nalaformer.ops.nala` run
+            globally (a single name applies to every stage); default ``('nala', 'nala', 'shifted_window',
+            'shifted_window')``, the paper's protocol; ``'shifted_window'``: plain Swin.
+        kernel_kwargs: the kernels' arguments: None, one dict for every stage, or one dict (or None) per
+            stage, e.g. ``(dict(power=3.), dict(power=3.), None, None)`` for 'relu' stages 1-2;
+            shifted-window stages take none.
+        dwc_kernel_size: depthwise conv on v in global stages (5 as the release's LePE; 3 for 3x3; 0: none).
         dynamic_img_size: accept any input size (default); False fixes it to img_size like timm's Swin.
 
     Shapes: ``forward_features`` (B, in_chans, H, W) -> (B, ceil(H/32), ceil(W/32), C4) (NHWC, like
@@ -299,6 +325,8 @@ class NaLaSwinTransformer(nn.Module):
     ``img_size`` only sets the default window sizes of later stages (clamped to the feature size,
     as Swin does) when ``dynamic_img_size``.
     """
+    # Arguments that change what the model computes but not its state dict (checkpoints record them).
+    definition_args = ('attn_types', 'kernel_kwargs')
 
     def __init__(
             self,
@@ -312,9 +340,8 @@ class NaLaSwinTransformer(nn.Module):
             num_heads: Tuple[int, ...] = (3, 6, 12, 24),
             head_dim: Optional[int] = None,
             window_size: _int_or_tuple_2_t = 7,
-            attn_layout: Union[str, Sequence[str]] = 'LLSS',
-            linear_kernel: str = 'nala',
-            kernel_kwargs: Optional[dict] = None,
+            attn_types: Union[str, Sequence[str]] = ('nala', 'nala', SHIFTED_WINDOW, SHIFTED_WINDOW),
+            kernel_kwargs: Union[None, Mapping, Sequence[Optional[Mapping]]] = None,
             dwc_kernel_size: int = 5,
             always_partition: bool = False,
             dynamic_img_size: bool = True,
@@ -323,7 +350,7 @@ class NaLaSwinTransformer(nn.Module):
             drop_rate: float = 0.,
             proj_drop_rate: float = 0.,
             attn_drop_rate: float = 0.,
-            drop_path_rate: float = 0.2,
+            drop_path_rate: float = 0.,
             embed_layer: Type[nn.Module] = PatchEmbed,
             norm_layer: Type[nn.Module] = nn.LayerNorm,
             weight_init: str = '',
@@ -338,8 +365,7 @@ class NaLaSwinTransformer(nn.Module):
         self.output_fmt = 'NHWC'
         self.dynamic_img_size = dynamic_img_size
         self.num_layers = len(depths)
-        self.attn_layout = parse_attn_layout(attn_layout, self.num_layers)
-        self.linear_kernel = linear_kernel
+        self.attn_types, self.kernel_kwargs = _resolve_attn_types(attn_types, kernel_kwargs, self.num_layers)
         self.embed_dim = embed_dim
         self.num_features = int(embed_dim * 2 ** (self.num_layers - 1))
         self.feature_info = []
@@ -364,9 +390,9 @@ class NaLaSwinTransformer(nn.Module):
             layers.append(NaLaSwinStage(
                 dim=in_dim, out_dim=embed_dims[i],
                 input_resolution=((patch_grid[0] + scale - 1) // scale, (patch_grid[1] + scale - 1) // scale),
-                depth=depths[i], attn_type=self.attn_layout[i], downsample=i > 0, num_heads=num_heads[i],
+                depth=depths[i], attn_type=self.attn_types[i], downsample=i > 0, num_heads=num_heads[i],
                 head_dim=head_dims[i], window_size=window_sizes[i], always_partition=always_partition,
-                dynamic_mask=dynamic_img_size, linear_kernel=linear_kernel, kernel_kwargs=kernel_kwargs,
+                dynamic_mask=dynamic_img_size, kernel_kwargs=self.kernel_kwargs[i],
                 dwc_kernel_size=dwc_kernel_size, mlp_ratio=mlp_ratios[i], qkv_bias=qkv_bias,
                 proj_drop=proj_drop_rate, attn_drop=attn_drop_rate, drop_path=dpr[i], norm_layer=norm_layer, **dd))
             in_dim = embed_dims[i]
@@ -404,7 +430,7 @@ class NaLaSwinTransformer(nn.Module):
             window_ratio: Optional[Union[int, Sequence[int]]] = None,
             always_partition: Optional[bool] = None,
     ) -> None:
-        """As timm's Swin: new image size / patch size; window stages rescale their windows (L stages have none)."""
+        """As timm's Swin: new image size / patch size; window stages rescale their windows (global ones have none)."""
         window_size, window_ratio = resolve_window_args(window_size, window_ratio, len(self.layers))
         if img_size is not None or patch_size is not None:
             self.patch_embed.set_input_size(img_size=img_size, patch_size=patch_size)
@@ -453,24 +479,25 @@ class NaLaSwinTransformer(nn.Module):
             self.global_pool = global_pool
 
     @torch.jit.ignore
-    def load_pretrained(self, checkpoint_path: str, prefer_ema: bool = False, strict: bool = True):
+    def load_pretrained(self, checkpoint: Union[str, Checkpoint], ema: Optional[bool] = None,
+                        accept_definition_change: Optional[bool] = None, strict: bool = True):
         """Load a checkpoint of this family, or a timm / original Swin checkpoint, safely (.pth or .safetensors).
 
-        ``strict=False`` accepts weights this model has and the checkpoint lacks (e.g. starting an
-        'LLSS' model from plain Swin weights: the L stages' depthwise convs stay freshly initialised).
+        ``strict=False`` accepts weights this model has and the checkpoint lacks (e.g. starting a
+        model with global stages from plain Swin weights: their depthwise convs stay freshly initialised).
         """
-        state_dict = checkpoint_filter_fn(read_checkpoint(checkpoint_path, prefer_ema=prefer_ema), self)
+        state_dict = checkpoint_filter_fn(pretrained_weights(self, checkpoint, ema, accept_definition_change), self)
         result = self.load_state_dict(state_dict, strict=False)
         missing = [k for k in result.missing_keys if not k.startswith('head.')]
         if missing and strict:
             raise CheckpointError(
-                f'{checkpoint_path} lacks weights of this model: {missing[:10]}. A plain Swin checkpoint has no '
+                f'{checkpoint} lacks weights of this model: {missing[:10]}. A plain Swin checkpoint has no '
                 f'depthwise convs for linear stages: load it with load_pretrained(path, strict=False).')
         if missing:
-            _logger.warning(f'{checkpoint_path}: {len(missing)} weights not in the checkpoint keep their init: '
+            _logger.warning(f'{checkpoint}: {len(missing)} weights not in the checkpoint keep their init: '
                             f'{missing[:10]}')
         if result.unexpected_keys:  # stages, norm or head of a model pruned for feature extraction
-            _logger.info(f'{checkpoint_path}: ignored weights this model does not have: {result.unexpected_keys[:10]}')
+            _logger.info(f'{checkpoint}: ignored weights this model does not have: {result.unexpected_keys[:10]}')
         return result
 
     def forward_intermediates(
@@ -549,7 +576,7 @@ def checkpoint_filter_fn(state_dict: Dict[str, torch.Tensor], model: NaLaSwinTra
     :class:`CheckpointError` for tensors of the wrong shape or weights of stages/blocks the model
     does not have (another variant), except whole stages, norm and head a pruned model lacks.
     """
-    state_dict = {_WRAPPER_PREFIXES.sub('', k): v for k, v in state_dict.items()}
+    state_dict = strip_wrapper_prefixes(state_dict)
     own = model.state_dict()
 
     # Relative position tables of stages that are linear here have no module to go to (timm's filter
@@ -571,21 +598,23 @@ def checkpoint_filter_fn(state_dict: Dict[str, torch.Tensor], model: NaLaSwinTra
     if foreign:
         raise CheckpointError(
             f'checkpoint has weights this model lacks, so it is for another architecture '
-            f'(variant, depths or attn_layout): {foreign[:5]}')
+            f'(variant, depths or attn_types): {foreign[:5]}')
     return state_dict
 
 
 def _create_nala_swin(variant: str, pretrained: bool = False, **kwargs) -> NaLaSwinTransformer:
-    if pretrained:
-        kwargs = local_pretrained_kwargs(variant, kwargs)
+    options = {}
+    if pretrained:  # pretrained_ema / accept_definition_change reach load_pretrained through loading_options
+        kwargs, options = pretrained_kwargs(variant, kwargs)
     model_args = dict(MODEL_ARGS[variant])
     model_args.update(kwargs)
-    return build_model_with_cfg(
-        NaLaSwinTransformer, variant, pretrained,
-        pretrained_filter_fn=checkpoint_filter_fn,
-        feature_cfg=dict(out_indices=(0, 1, 2, 3), feature_cls='getter'),
-        **model_args,
-    )
+    with loading_options(**options):
+        return build_model_with_cfg(
+            NaLaSwinTransformer, variant, pretrained,
+            pretrained_filter_fn=checkpoint_filter_fn,
+            feature_cfg=dict(out_indices=(0, 1, 2, 3), feature_cls='getter'),
+            **model_args,
+        )
 
 
 def _cfg(**kwargs) -> dict:

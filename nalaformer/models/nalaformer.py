@@ -11,7 +11,6 @@ Per-stage attention kernels (``attn_types``) default to the release's hybrid
 ``('nala', 'nala', 'softmax', 'softmax')``; ``attn_types='nala'`` makes every stage NaLa.
 """
 import logging
-import re
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 import torch
@@ -21,7 +20,11 @@ from timm.layers import SelectAdaptivePool2d, calculate_drop_path_rates, trunc_n
 from timm.models import build_model_with_cfg, generate_default_cfgs, register_model
 from timm.models._features import feature_take_indices
 
-from ..checkpoint import CheckpointError, describe_architecture, local_pretrained_kwargs, read_checkpoint
+from ..checkpoint import (
+    Checkpoint, CheckpointError, describe_architecture, loading_options, name_architecture, pretrained_kwargs,
+    pretrained_weights, strip_wrapper_prefixes, variant_of,
+)
+from ..ops.nala import per_stage_kernels
 from .layers import NaLaStage, Stem
 
 __all__ = ['NaLaFormer', 'MODEL_ARGS', 'checkpoint_filter_fn']
@@ -30,18 +33,19 @@ _logger = logging.getLogger(__name__)
 
 RELEASE_ATTN_TYPES = ('nala', 'nala', 'softmax', 'softmax')
 
-# The release's hyper-parameters (SPEC §5); drop_path_rate is the training recipe's default.
+# The release's architectures. Drop path is 0 unless asked, as in timm; the training recipe's
+# rates (XT/T 0.1, S 0.15, B 0.4, L 0.55) are stated in the configs.
 MODEL_ARGS: Dict[str, dict] = {
     'nalaformer_xt': dict(embed_dims=(32, 64, 128, 384), depths=(2, 2, 2, 2), num_heads=(1, 2, 4, 12),
-                          mlp_ratios=(3.5,) * 4, drop_path_rate=0.1, layer_scale_init_values=(1., 1., 1., 1.)),
+                          mlp_ratios=(3.5,) * 4, layer_scale_init_values=(1., 1., 1., 1.)),
     'nalaformer_t': dict(embed_dims=(64, 128, 256, 512), depths=(2, 2, 6, 2), num_heads=(1, 2, 4, 8),
-                         mlp_ratios=(4.,) * 4, drop_path_rate=0.1, layer_scale_init_values=(1., 1., 1., 1.)),
+                         mlp_ratios=(4.,) * 4, layer_scale_init_values=(1., 1., 1., 1.)),
     'nalaformer_s': dict(embed_dims=(64, 128, 320, 512), depths=(3, 5, 9, 3), num_heads=(1, 2, 5, 8),
-                         mlp_ratios=(3.5,) * 4, drop_path_rate=0.15, layer_scale_init_values=(1., 1., 1., 1.)),
+                         mlp_ratios=(3.5,) * 4, layer_scale_init_values=(1., 1., 1., 1.)),
     'nalaformer_b': dict(embed_dims=(96, 192, 384, 512), depths=(4, 6, 12, 6), num_heads=(1, 2, 6, 8),
-                         mlp_ratios=(4.,) * 4, drop_path_rate=0.4, layer_scale_init_values=(1., 1., 1e-6, 1e-6)),
+                         mlp_ratios=(4.,) * 4, layer_scale_init_values=(1., 1., 1e-6, 1e-6)),
     'nalaformer_l': dict(embed_dims=(96, 192, 448, 640), depths=(4, 7, 19, 8), num_heads=(1, 2, 7, 10),
-                         mlp_ratios=(3.5,) * 4, drop_path_rate=0.55, layer_scale_init_values=(1e-6,) * 4),
+                         mlp_ratios=(3.5,) * 4, layer_scale_init_values=(1e-6,) * 4),
 }
 
 
@@ -73,6 +77,8 @@ class NaLaFormer(nn.Module):
     Shapes: ``forward_features`` (B, in_chans, H, W) -> (B, embed_dims[-1], H/32, W/32) (convs round
     up odd sizes); ``forward_head`` -> (B, num_classes), or (B, head_hidden_size) with pre_logits.
     """
+    # Arguments that change what the model computes but not its state dict: checkpoints record them.
+    definition_args = ('attn_types', 'kernel_kwargs')
 
     def __init__(
             self,
@@ -98,15 +104,13 @@ class NaLaFormer(nn.Module):
         embed_dims = _per_stage(embed_dims, num_stages, 'embed_dims')
         num_heads = _per_stage(num_heads, num_stages, 'num_heads')
         mlp_ratios = _per_stage(mlp_ratios, num_stages, 'mlp_ratios')
-        attn_types = _per_stage(attn_types, num_stages, 'attn_types')
-        if kernel_kwargs is None or isinstance(kernel_kwargs, Mapping):
-            kernel_kwargs = [kernel_kwargs] * num_stages
-        kernel_kwargs = _per_stage(kernel_kwargs, num_stages, 'kernel_kwargs')
+        attn_types, kernel_kwargs = per_stage_kernels(attn_types, kernel_kwargs, num_stages)
         layer_scale_init_values = _per_stage(layer_scale_init_values, num_stages, 'layer_scale_init_values')
         self.num_classes = num_classes
         self.in_chans = in_chans
         self.drop_rate = drop_rate
-        self.attn_types = tuple(attn_types)
+        self.attn_types = attn_types
+        self.kernel_kwargs = kernel_kwargs
         self.num_features = embed_dims[-1]
         self.head_hidden_size = head_hidden_size
         self.grad_checkpointing = False
@@ -182,15 +186,21 @@ class NaLaFormer(nn.Module):
         self.head = self._make_classifier(num_classes).train(self.training)
 
     @torch.jit.ignore
-    def load_pretrained(self, checkpoint_path: str, prefer_ema: bool = False):
-        """Load a checkpoint of ours or of the release (.pth or .safetensors) with clear errors."""
-        state_dict = checkpoint_filter_fn(read_checkpoint(checkpoint_path, prefer_ema=prefer_ema), self)
+    def load_pretrained(self, checkpoint: Union[str, Checkpoint], ema: Optional[bool] = None,
+                        accept_definition_change: Optional[bool] = None):
+        """Load a checkpoint of ours or of the release (.pth or .safetensors) with clear errors.
+
+        ``ema``: its EMA weights (an error if it has none). A checkpoint recorded with other
+        ``attn_types`` / ``kernel_kwargs`` fails unless ``accept_definition_change``. A classifier of
+        another number of classes is left out (fine-tuning): see the returned missing keys.
+        """
+        state_dict = checkpoint_filter_fn(pretrained_weights(self, checkpoint, ema, accept_definition_change), self)
         result = self.load_state_dict(state_dict, strict=False)
         missing = [k for k in result.missing_keys if not k.startswith('head.')]
         if missing:
-            raise CheckpointError(f'{checkpoint_path} lacks weights of this model: {missing[:10]}')
+            raise CheckpointError(f'{checkpoint} lacks weights of this model: {missing[:10]}')
         if result.unexpected_keys:  # e.g. stages or the head of a model pruned for feature extraction
-            _logger.info(f'{checkpoint_path}: ignored weights this model does not have: {result.unexpected_keys[:10]}')
+            _logger.info(f'{checkpoint}: ignored weights this model does not have: {result.unexpected_keys[:10]}')
         return result
 
     def forward_intermediates(
@@ -261,7 +271,7 @@ def checkpoint_filter_fn(state_dict: Dict[str, torch.Tensor], model: NaLaFormer)
     classifier of another number of classes (fine-tuning) and checks the architecture: a
     checkpoint of another variant raises :class:`CheckpointError` naming the variant it looks like.
     """
-    state_dict = {_WRAPPER_PREFIXES.sub('', k): v for k, v in state_dict.items()}
+    state_dict = strip_wrapper_prefixes(state_dict)
     own = model.state_dict()
     for key in [k for k in ('head.weight', 'head.bias') if k in state_dict]:
         if key not in own or own[key].shape != state_dict[key].shape:
@@ -272,43 +282,27 @@ def checkpoint_filter_fn(state_dict: Dict[str, torch.Tensor], model: NaLaFormer)
         mine = describe_architecture(own)
         if theirs != mine:
             raise CheckpointError(
-                f'checkpoint is for another architecture: it looks like {_name_architecture(theirs)} '
-                f'but the model is {_name_architecture(mine)}. Create the model that matches the checkpoint '
-                f'(e.g. timm.create_model({_variant_of(theirs) or "<variant>"!r}, ...)).')
+                f'checkpoint is for another architecture: it looks like {name_architecture(theirs)} '
+                f'but the model is {name_architecture(mine)}. Create the model that matches the checkpoint '
+                f'(e.g. timm.create_model({variant_of(theirs) or "<variant>"!r}, ...)).')
         if mismatched:
             raise CheckpointError(f'checkpoint tensors have the wrong shape for this model: {mismatched[:5]}')
     return state_dict
 
 
-# Prefixes wrappers put before the model's own keys: DDP, torch.compile, our mmengine runners
-# (classification 'model.', dense tasks 'backbone.model.model.').
-_WRAPPER_PREFIXES = re.compile(r'^(module\.|_orig_mod\.|backbone\.|model\.)+')
-
-
-def _variant_of(arch: dict) -> Optional[str]:
-    for name, args in MODEL_ARGS.items():
-        if all(tuple(arch.get(k, ())) == tuple(args[k]) for k in ('embed_dims', 'depths', 'num_heads', 'mlp_ratios')):
-            return name
-    return None
-
-
-def _name_architecture(arch: dict) -> str:
-    variant = _variant_of(arch)
-    described = ', '.join(f'{k}={list(v) if isinstance(v, tuple) else v}' for k, v in arch.items())
-    return f'{variant} ({described})' if variant else f'an unknown configuration ({described})'
-
-
 def _create_nalaformer(variant: str, pretrained: bool = False, **kwargs) -> NaLaFormer:
-    if pretrained:
-        kwargs = local_pretrained_kwargs(variant, kwargs)
+    options = {}
+    if pretrained:  # pretrained_ema / accept_definition_change reach load_pretrained through loading_options
+        kwargs, options = pretrained_kwargs(variant, kwargs)
     model_args = dict(MODEL_ARGS[variant])
     model_args.update(kwargs)
-    return build_model_with_cfg(
-        NaLaFormer, variant, pretrained,
-        pretrained_filter_fn=checkpoint_filter_fn,
-        feature_cfg=dict(out_indices=(0, 1, 2, 3), feature_cls='getter'),
-        **model_args,
-    )
+    with loading_options(**options):
+        return build_model_with_cfg(
+            NaLaFormer, variant, pretrained,
+            pretrained_filter_fn=checkpoint_filter_fn,
+            feature_cfg=dict(out_indices=(0, 1, 2, 3), feature_cls='getter'),
+            **model_args,
+        )
 
 
 def _cfg(**kwargs) -> dict:

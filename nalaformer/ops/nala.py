@@ -15,7 +15,7 @@ name used in configs (``'nala'``, ``'softmax'``, ...).
 """
 import inspect
 import math
-from typing import Dict, Optional, Tuple, Type
+from typing import Dict, List, Mapping, Optional, Sequence, Tuple, Type, Union
 
 import torch
 import torch.nn as nn
@@ -25,7 +25,7 @@ from timm.layers import register_notrace_module
 
 __all__ = [
     'ATTENTION_KERNELS', 'AttentionKernel', 'build_attention_kernel', 'register_attention_kernel',
-    'rope_angles', 'rope_table', 'apply_rope', 'linear_attention', 'norm_and_direction',
+    'kernel_function', 'per_stage_kernels', 'rope_angles', 'rope_table', 'apply_rope', 'linear_attention', 'norm_and_direction',
     'nala_feature_maps', 'nala_cos_feature_maps',
 ]
 
@@ -39,7 +39,7 @@ DIRECTION_EPS = 1e-12
 
 
 # ----------------------------------------------------------------------------------------------
-# 2D rotary position embedding (SPEC §4)
+# 2D rotary position embedding (as released)
 # ----------------------------------------------------------------------------------------------
 def rope_angles(head_dim: int, device: Optional[torch.device] = None) -> torch.Tensor:
     """Rotation frequencies, shape (head_dim // 2,): head_dim // 4 frequencies, each twice."""
@@ -79,7 +79,7 @@ def apply_rope(x: torch.Tensor, rope: torch.Tensor) -> torch.Tensor:
 
 
 # ----------------------------------------------------------------------------------------------
-# Feature maps (SPEC §2-§3)
+# Feature maps (the release's and the paper's)
 # ----------------------------------------------------------------------------------------------
 def norm_and_direction(x: torch.Tensor, eps: float = DIRECTION_EPS) -> Tuple[torch.Tensor, torch.Tensor]:
     """Norm x direction decomposition over the last dim: |x| of shape (..., 1) and x / |x|."""
@@ -154,7 +154,19 @@ class AttentionKernel(nn.Module):
     ``grid`` (H, W) tells a kernel that rope is :func:`rope_table` of that token grid, which lets
     the fused kernels read it through its row and column factors; these PyTorch kernels ignore it.
     Subclasses implement ``attend`` on float32 tensors; autocast is switched off around it.
+
+    ``function_name``: the registered kernel whose function this one computes (itself, unless it is
+    another implementation of it, e.g. a fused one). ``launch_args``: constructor arguments that
+    change how it runs but not what it computes. Both feed :func:`kernel_function`.
+
+    ``feature_maps(q, k) -> (phi_q, phi_k)``, (B, heads, N, d) -> (B, heads, N, F): the kernel's
+    feature maps, when its attention is ``linear_attention(phi_q, phi_k, v, rope)``; None for kernels
+    that are not one linear attention (``softmax``, the two streams of ``polarity``).
     """
+    kernel_name: str
+    function_name: str
+    launch_args: Tuple[str, ...] = ()
+    feature_maps = None
 
     def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, rope: torch.Tensor,
                 grid: Optional[Tuple[int, int]] = None) -> torch.Tensor:
@@ -175,8 +187,16 @@ def register_attention_kernel(name: str):
             raise ValueError(f'attention kernel {name!r} is already registered')
         ATTENTION_KERNELS[name] = register_notrace_module(cls)
         cls.kernel_name = name
+        if 'function_name' not in cls.__dict__:
+            cls.function_name = name
         return cls
     return register
+
+
+def _kernel_signature(name: str) -> inspect.Signature:
+    kernel = ATTENTION_KERNELS[name]
+    # nn.Module's own __init__ takes (*args, **kwargs): a kernel without one takes nothing.
+    return inspect.Signature() if kernel.__init__ is nn.Module.__init__ else inspect.signature(kernel)
 
 
 def build_attention_kernel(name: str, **kwargs) -> AttentionKernel:
@@ -185,9 +205,7 @@ def build_attention_kernel(name: str, **kwargs) -> AttentionKernel:
         raise ValueError(
             f'unknown attention kernel {name!r}; choose one of {sorted(ATTENTION_KERNELS)} '
             f'(e.g. attn_types=("nala", "nala", "softmax", "softmax"))')
-    kernel = ATTENTION_KERNELS[name]
-    # nn.Module's own __init__ takes (*args, **kwargs): a kernel without one takes nothing.
-    signature = inspect.Signature() if kernel.__init__ is nn.Module.__init__ else inspect.signature(kernel)
+    signature = _kernel_signature(name)
     try:
         signature.bind(**kwargs)
     except TypeError as err:
@@ -195,28 +213,76 @@ def build_attention_kernel(name: str, **kwargs) -> AttentionKernel:
             f'attention kernel {name!r} takes {list(signature.parameters) or "no arguments"}, got {sorted(kwargs)} '
             f'({err}); in a model, give kernel_kwargs per stage, e.g. kernel_kwargs=(dict(alpha=5.), '
             f'dict(alpha=5.), None, None) with attn_types=("nala_cos", "nala_cos", "softmax", "softmax")') from None
-    return kernel(**kwargs)
+    return ATTENTION_KERNELS[name](**kwargs)
+
+
+def kernel_function(name: str, kwargs: Optional[Mapping] = None) -> dict:
+    """What a kernel computes, in a form that compares: ``{'kernel': function name, **its arguments}``.
+
+    Defaults are filled in (``nala_cos`` with no arguments equals ``nala_cos`` with ``alpha=20``), other
+    implementations name the function they compute (``nala_triton`` -> ``nala``) and launch settings are
+    left out. A name that is not a registered kernel (e.g. NaLa-Swin's ``'shifted_window'``) stands for
+    itself. Checkpoints use this to tell whether a model computes what its weights were trained for.
+    """
+    kwargs = dict(kwargs or {})
+    if name not in ATTENTION_KERNELS:
+        return {'kernel': name, **kwargs}
+    kernel = ATTENTION_KERNELS[name]
+    bound = _kernel_signature(name).bind(**kwargs)
+    bound.apply_defaults()
+    arguments = {k: v for k, v in bound.arguments.items() if k not in kernel.launch_args}
+    return {'kernel': kernel.function_name, **arguments}
+
+
+def per_stage_kernels(attn_types: Union[str, Sequence[str]],
+                      kernel_kwargs: Union[None, Mapping, Sequence[Optional[Mapping]]],
+                      num_stages: int) -> Tuple[Tuple[str, ...], Tuple[Optional[dict], ...]]:
+    """The ``attn_types`` / ``kernel_kwargs`` of every model family, one entry per stage.
+
+    attn_types: one kernel name for every stage, or one per stage. kernel_kwargs: None, one dict for
+    every stage, or one dict (or None) per stage, e.g. ``(dict(alpha=5.), dict(alpha=5.), None, None)``.
+    """
+    names: List[str] = [attn_types] * num_stages if isinstance(attn_types, str) else list(attn_types)
+    if kernel_kwargs is None or isinstance(kernel_kwargs, Mapping):
+        kernel_kwargs = [kernel_kwargs] * num_stages
+    kwargs = [None if kw is None else dict(kw) for kw in kernel_kwargs]
+    for what, value in (('attn_types', names), ('kernel_kwargs', kwargs)):
+        if len(value) != num_stages:
+            raise ValueError(f'{what} has {len(value)} entries but the model has {num_stages} stages: {value}')
+    return tuple(names), tuple(kwargs)
 
 
 @register_attention_kernel('nala')
 class NaLaKernel(AttentionKernel):
-    """Norm-aware linear attention exactly as released (SPEC §2)."""
+    """Norm-aware linear attention exactly as released."""
+
+    def feature_maps(self, q: torch.Tensor, k: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+        return nala_feature_maps(q, k)
 
     def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, rope: torch.Tensor) -> torch.Tensor:
-        phi_q, phi_k = nala_feature_maps(q, k)
+        if not torch.jit.is_scripting():
+            if nala_fast.fast_op_enabled():  # default: one op, feature maps recomputed in its backward
+                return nala_fast.nala_attention(q, k, v, rope)
+        phi_q, phi_k = self.feature_maps(q, k)
         return linear_attention(phi_q, phi_k, v, rope)
 
 
 @register_attention_kernel('nala_cos')
 class NaLaCosKernel(AttentionKernel):
-    """The paper's continuous cosine-inhibit form (SPEC §3); ``alpha`` sets its sharpness."""
+    """The paper's continuous cosine-inhibit form; ``alpha`` sets its sharpness."""
 
     def __init__(self, alpha: float = 20.0):
         super().__init__()
         self.alpha = alpha
 
+    def feature_maps(self, q: torch.Tensor, k: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+        return nala_cos_feature_maps(q, k, self.alpha)
+
     def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, rope: torch.Tensor) -> torch.Tensor:
-        phi_q, phi_k = nala_cos_feature_maps(q, k, self.alpha)
+        if not torch.jit.is_scripting():
+            if nala_fast.fast_op_enabled():  # default: one op, feature maps recomputed in its backward
+                return nala_fast.nala_cos_attention(q, k, v, rope, self.alpha)
+        phi_q, phi_k = self.feature_maps(q, k)
         return linear_attention(phi_q, phi_k, v, rope)
 
 
@@ -228,11 +294,12 @@ class ConstPowerKernel(AttentionKernel):
         super().__init__()
         self.power = power
 
-    def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, rope: torch.Tensor) -> torch.Tensor:
+    def feature_maps(self, q: torch.Tensor, k: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
         _, q_dir = norm_and_direction(q)
-        phi_q = sign_split(q_dir).pow(self.power)
-        phi_k = sign_split(signed_power(k, self.power))
-        return linear_attention(phi_q, phi_k, v, rope)
+        return sign_split(q_dir).pow(self.power), sign_split(signed_power(k, self.power))
+
+    def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, rope: torch.Tensor) -> torch.Tensor:
+        return linear_attention(*self.feature_maps(q, k), v, rope)
 
 
 @register_attention_kernel('relu')
@@ -243,16 +310,22 @@ class ReLUKernel(AttentionKernel):
         super().__init__()
         self.power = power
 
+    def feature_maps(self, q: torch.Tensor, k: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+        return F.relu(q).pow(self.power), F.relu(k).pow(self.power)
+
     def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, rope: torch.Tensor) -> torch.Tensor:
-        return linear_attention(F.relu(q).pow(self.power), F.relu(k).pow(self.power), v, rope)
+        return linear_attention(*self.feature_maps(q, k), v, rope)
 
 
 @register_attention_kernel('elu')
 class ELUKernel(AttentionKernel):
     """Ablation: phi(x) = 1 + elu(x)."""
 
+    def feature_maps(self, q: torch.Tensor, k: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+        return 1 + F.elu(q), 1 + F.elu(k)
+
     def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, rope: torch.Tensor) -> torch.Tensor:
-        return linear_attention(1 + F.elu(q), 1 + F.elu(k), v, rope)
+        return linear_attention(*self.feature_maps(q, k), v, rope)
 
 
 @register_attention_kernel('focused')
@@ -269,8 +342,11 @@ class FocusedKernel(AttentionKernel):
         scale = torch.linalg.vector_norm(x, dim=-1, keepdim=True)
         return powered * (scale / torch.linalg.vector_norm(powered, dim=-1, keepdim=True).clamp_min(1e-12))
 
+    def feature_maps(self, q: torch.Tensor, k: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+        return self.focus(q), self.focus(k)
+
     def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, rope: torch.Tensor) -> torch.Tensor:
-        return linear_attention(self.focus(q), self.focus(k), v, rope)
+        return linear_attention(*self.feature_maps(q, k), v, rope)
 
 
 @register_attention_kernel('polarity')
@@ -303,3 +379,7 @@ class SoftmaxKernel(AttentionKernel):
 
     def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, rope: torch.Tensor) -> torch.Tensor:
         return F.scaled_dot_product_attention(apply_rope(q, rope), apply_rope(k, rope), v)
+
+
+# The fast op behind the ``nala`` / ``nala_cos`` kernels (imported last: it uses this module's helpers).
+from . import nala_fast  # noqa: E402

@@ -5,7 +5,10 @@ of the machine hit all of them alike; results are medians with their IQR and min
 ratios to a baseline model measured in the same run. Peak memory comes from a fresh
 subprocess per (model, size): peak RSS (VmHWM) above the post-import baseline on CPU (default
 glibc allocator), ``torch.cuda.max_memory_allocated`` on CUDA; it includes the weights (and in
-training the gradients and AdamW state).
+training the gradients and AdamW state). ``extra_mb`` is the peak above the built model, optimizer
+and input (VmHWM reset after the build), i.e. what the iterations add. glibc's dynamic mmap
+threshold makes RSS peaks move by ~10% between identical runs; ``--memory-mmap-threshold 131072``
+maps every tensor fresh so that they follow the live tensors exactly.
 
 On CPU the timing process disables glibc's per-tensor mmap and heap trimming (mallopt, the
 same as MALLOC_MMAP_MAX_=0 and an unbounded MALLOC_TRIM_THRESHOLD_): otherwise every tensor over 32 MB is
@@ -14,14 +17,27 @@ and the CPU time used by other processes during each timing loop are recorded.
 
 Models are timm names or specs with kwargs; swin/deit-style models with a fixed input size
 are built for each size (``img_size``); a model that cannot run at a size is reported 'n/a'.
+Every model is built right after ``torch.manual_seed(0)``: models of one architecture get the same weights.
+Two prefixes compare implementations of one NaLaFormer spec in the same run:
+
+* ``reference:<spec>`` runs our model with the ``nala`` / ``nala_cos`` kernels on nala.py's plain-PyTorch
+  reference (``nalaformer.ops.nala_fast.use_reference_op``) instead of the default fast op;
+* ``release:<spec>`` runs the authors' release model (``NALAFORMER`` of the NALA.py given by
+  ``--release-file``, kept outside this repository) of the same architecture and attention types
+  ('nala' -> 'l', 'softmax' -> 'v'), with our model's weights loaded (the layouts are identical).
+
 Examples::
 
     python tools/analysis/benchmark.py --sizes 224 448 896 --batch-sizes 8 4 1
     python tools/analysis/benchmark.py --mode train --models nalaformer_t swin_tiny_patch4_window7_224
     python tools/analysis/benchmark.py --models "nalaformer_t(attn_types='nala')" convnext_tiny --sizes 512x1024
+    python tools/analysis/benchmark.py --mode train --sizes 224 --batch-sizes 8 --release-file /tmp/release/NALA.py \
+        --models release:nalaformer_t nalaformer_t reference:nalaformer_t swin_tiny_patch4_window7_224
 """
 import argparse
+import contextlib
 import ctypes
+import importlib.util
 import gc
 import json
 import math
@@ -41,7 +57,10 @@ import torch.nn.functional as F
 from tqdm import tqdm
 
 from nalaformer.analysis.cli import run_cli
-from nalaformer.analysis.models import ModelSpec, create_model, format_error, parse_model_spec, parse_size
+from nalaformer.analysis.models import (
+    ModelSpec, ModelSpecError, create_model, format_error, parse_model_spec, parse_size,
+)
+from nalaformer.ops import nala_fast
 
 DEFAULT_MODELS = (
     'nalaformer_t', "nalaformer_t(attn_types='nala')", "nalaformer_t(attn_types='softmax')",
@@ -49,12 +68,19 @@ DEFAULT_MODELS = (
 )
 # Samples are flagged when other processes kept more than this many cores busy on average.
 CONTENTION_CORES = 0.25
+# Model prefixes: our model on the reference attention ops, or the release's model (see the docstring).
+VARIANTS = ('reference', 'release')
+# Release block flags of our attention types.
+RELEASE_FLAGS = {'nala': 'l', 'softmax': 'v'}
 
 
 def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
     parser.add_argument('--models', nargs='+', default=list(DEFAULT_MODELS),
-                        help="timm names or specs such as \"nalaformer_t(attn_types='nala')\"")
+                        help="timm names or specs such as \"nalaformer_t(attn_types='nala')\"; prefix "
+                             "'reference:' or 'release:' (see --release-file)")
+    parser.add_argument('--release-file', type=Path, default=None,
+                        help="the authors' NALA.py (outside this repository) for 'release:<spec>' models")
     parser.add_argument('--baseline', default=None, help='model the ratios refer to (default: the first)')
     parser.add_argument('--sizes', nargs='+', default=['224', '448', '896'], help='input sizes: 224 or HxW')
     parser.add_argument('--batch-sizes', type=int, nargs='+', default=[1],
@@ -67,6 +93,9 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     parser.add_argument('--repeats', type=int, default=10, help='timed rounds; each round runs every model once')
     parser.add_argument('--no-memory', action='store_true', help='skip the peak-memory subprocesses')
     parser.add_argument('--no-malloc-tuning', action='store_true', help='time with glibc malloc defaults')
+    parser.add_argument('--memory-mmap-threshold', type=int, default=None, metavar='BYTES',
+                        help='memory workers map every allocation over BYTES fresh (MALLOC_MMAP_THRESHOLD_: '
+                             "no dynamic glibc threshold, so peak RSS follows live tensors; default: glibc defaults)")
     parser.add_argument('--out-json', type=Path, default=Path('benchmark.json'))
     parser.add_argument('--out-png', type=Path, default=Path('benchmark.png'))
     parser.add_argument('--memory-worker', default=None, help=argparse.SUPPRESS)
@@ -76,16 +105,62 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
 # ----------------------------------------------------------------------------------------------
 # One iteration of a model
 # ----------------------------------------------------------------------------------------------
+def parse_entry(text: str) -> Tuple[ModelSpec, Optional[str]]:
+    """A --models entry: its spec (labelled with the whole entry) and its variant prefix, if any."""
+    variant, _, rest = text.partition(':')
+    if variant not in VARIANTS or not rest:
+        return parse_model_spec(text), None
+    spec = parse_model_spec(rest)
+    return ModelSpec(spec.name, spec.kwargs, text.strip()), variant
+
+
+def load_release(path: Path):
+    """The release's NALA.py as a module (it is never copied into this repository)."""
+    if path is None or not Path(path).is_file():
+        raise ModelSpecError(f"'release:' models need --release-file pointing at the release's NALA.py (got {path})")
+    spec = importlib.util.spec_from_file_location('nala_release', str(path))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def release_model(ours: torch.nn.Module, release_file: Path) -> torch.nn.Module:
+    """The release's model of ``ours``' architecture and attention types, with ``ours``' weights."""
+    attn_types = getattr(ours, 'attn_types', None)
+    if attn_types is None or any(t not in RELEASE_FLAGS for t in attn_types):
+        raise ModelSpecError(f"'release:' needs a nalaformer_* model with 'nala'/'softmax' stages, got {attn_types}")
+    stages = list(ours.layers)
+    dims = [stage.blocks[0].attn.qkvg.in_features for stage in stages]
+    model = load_release(release_file).NALAFORMER(
+        num_classes=ours.num_classes, embed_dims=dims, depths=[len(stage.blocks) for stage in stages],
+        num_heads=[stage.blocks[0].attn.num_heads for stage in stages],
+        mlp_ratios=[stage.blocks[0].ffn.fc1.out_features / dim for stage, dim in zip(stages, dims)],
+        flagss=[[RELEASE_FLAGS[t]] * len(stage.blocks) for t, stage in zip(attn_types, stages)],
+        drop_path_rate=0., projection=ours.head_hidden_size,
+        layerscales=[stage.blocks[0].gamma_1 is not None for stage in stages], layer_init_values=[1.] * len(stages))
+    model.load_state_dict(ours.state_dict())
+    return model
+
+
 def make_step(spec: ModelSpec, size: Tuple[int, int], batch: int, mode: str,
-              device: torch.device) -> Callable[[], None]:
-    """Build ``spec`` for ``size`` (H, W) with a random (batch, 3, H, W) input; return one iteration."""
-    model = create_model(spec, img_size=size).to(device)
+              device: torch.device, variant: Optional[str] = None,
+              release_file: Optional[Path] = None) -> Callable[[], None]:
+    """Build ``spec`` for ``size`` (H, W) with a random (batch, 3, H, W) input; return one iteration.
+
+    ``variant``: None (as built), 'reference' (our reference attention ops) or 'release' (the release's model).
+    """
+    torch.manual_seed(0)
+    model = create_model(spec, img_size=size)
+    if variant == 'release':
+        model = release_model(model, release_file)
+    model = model.to(device)
     x = torch.randn(batch, 3, *size, device=device)
+    ops = nala_fast.use_reference_op if variant == 'reference' else contextlib.nullcontext
     if mode == 'infer':
         model.eval()
 
         def step():
-            with torch.inference_mode():
+            with torch.inference_mode(), ops():
                 model(x)
         return step
 
@@ -95,7 +170,8 @@ def make_step(spec: ModelSpec, size: Tuple[int, int], batch: int, mode: str,
 
     def step():
         optimizer.zero_grad(set_to_none=True)
-        F.cross_entropy(model(x), target).backward()
+        with ops():
+            F.cross_entropy(model(x), target).backward()
         optimizer.step()
     return step
 
@@ -188,30 +264,72 @@ def _peak_rss_mb() -> float:
         return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
+def _rss_mb() -> Optional[float]:
+    """Current resident memory (VmRSS, MiB)."""
+    try:
+        with open('/proc/self/status') as f:
+            return next(int(line.split()[1]) for line in f if line.startswith('VmRSS')) / 1024
+    except (OSError, StopIteration):
+        return None
+
+
+def _reset_peak_rss() -> bool:
+    """Reset VmHWM to the current RSS (Linux: write 5 to /proc/self/clear_refs)."""
+    try:
+        with open('/proc/self/clear_refs', 'w') as f:
+            f.write('5')
+        return True
+    except OSError:
+        return False
+
+
 def memory_worker(payload: str) -> Dict:
-    """Run in a fresh process: peak memory (MiB) of two iterations of one model at one size."""
+    """Run in a fresh process: peak memory (MiB) of two iterations of one model at one size.
+
+    ``peak_mb``: above the post-import baseline (weights, gradients and optimizer state included);
+    ``extra_mb``: above the built model, its optimizer and input (what the iterations add).
+    """
     job = json.loads(payload)
     device = torch.device(job['device'])
     if job['threads']:
         torch.set_num_threads(job['threads'])
     baseline = _peak_rss_mb()
     try:
-        step = make_step(parse_model_spec(job['spec']), tuple(job['size']), job['batch'], job['mode'], device)
+        spec, variant = parse_entry(job['spec'])
+        step = make_step(spec, tuple(job['size']), job['batch'], job['mode'], device, variant,
+                         job.get('release_file'))
+        gc.collect()
         if device.type == 'cuda':
+            synchronize(device)
+            built = torch.cuda.memory_allocated(device) / 2 ** 20
             torch.cuda.reset_peak_memory_stats(device)
+        else:
+            built = _rss_mb() if _reset_peak_rss() else None
         for _ in range(2):  # the second training step also holds the optimizer state
             step()
         synchronize(device)
     except Exception as e:  # reported as 'n/a' with the reason
         return dict(error=format_error(e))
     if device.type == 'cuda':
-        return dict(peak_mb=torch.cuda.max_memory_allocated(device) / 2 ** 20)
-    return dict(peak_mb=_peak_rss_mb() - baseline)
+        peak = torch.cuda.max_memory_allocated(device) / 2 ** 20
+        return dict(peak_mb=peak, extra_mb=peak - built)
+    peak = _peak_rss_mb()
+    return dict(peak_mb=peak - baseline, extra_mb=None if built is None else peak - built)
+
+
+def memory_env(mmap_threshold: Optional[int] = None) -> Dict[str, str]:
+    """Environment of a memory worker: glibc defaults, or a fixed mmap threshold."""
+    env = {k: v for k, v in os.environ.items()
+           if k not in ('MALLOC_MMAP_MAX_', 'MALLOC_TRIM_THRESHOLD_', 'MALLOC_MMAP_THRESHOLD_')}
+    if mmap_threshold is not None:
+        env['MALLOC_MMAP_THRESHOLD_'] = str(mmap_threshold)
+    return env
 
 
 def measure_memory(spec: str, size: Tuple[int, int], batch: int, args: argparse.Namespace) -> Dict:
-    job = dict(spec=spec, size=size, batch=batch, mode=args.mode, device=args.device, threads=args.threads)
-    env = {k: v for k, v in os.environ.items() if k not in ('MALLOC_MMAP_MAX_', 'MALLOC_TRIM_THRESHOLD_')}
+    job = dict(spec=spec, size=size, batch=batch, mode=args.mode, device=args.device, threads=args.threads,
+               release_file=None if args.release_file is None else str(args.release_file))
+    env = memory_env(args.memory_mmap_threshold)
     proc = subprocess.run([sys.executable, __file__, '--memory-worker', json.dumps(job)],
                           capture_output=True, text=True, env=env)
     lines = proc.stdout.strip().splitlines()
@@ -223,14 +341,15 @@ def measure_memory(spec: str, size: Tuple[int, int], batch: int, args: argparse.
 # ----------------------------------------------------------------------------------------------
 # The run
 # ----------------------------------------------------------------------------------------------
-def time_size(specs: Sequence[ModelSpec], size: Tuple[int, int], batch: int, args: argparse.Namespace,
+def time_size(specs: Sequence[Tuple[ModelSpec, Optional[str]]], size: Tuple[int, int], batch: int,
+              args: argparse.Namespace,
               device: torch.device) -> Tuple[Dict[str, List[float]], Dict[str, str], Dict]:
     """Warm up every model, then time ``repeats`` alternating rounds: per-model samples (ms),
     the models that could not run ('n/a' reasons) and the machine's contention meanwhile."""
     steps, failed = {}, {}
-    for spec in tqdm(specs, desc=f'build {size[0]}x{size[1]} b{batch}', leave=False):
+    for spec, variant in tqdm(specs, desc=f'build {size[0]}x{size[1]} b{batch}', leave=False):
         try:
-            step = make_step(spec, size, batch, args.mode, device)
+            step = make_step(spec, size, batch, args.mode, device, variant, args.release_file)
             for _ in range(args.warmup):
                 step()
             steps[spec.label] = step
@@ -263,7 +382,7 @@ def add_ratios(results: List[Dict], baseline: str):
     reference = {(tuple(r['size']), r['batch']): r for r in results if r['model'] == baseline}
     for r in results:
         base = reference.get((tuple(r['size']), r['batch']))
-        for key, value in (('latency_ratio', 'median_ms'), ('memory_ratio', 'peak_mb')):
+        for key, value in (('latency_ratio', 'median_ms'), ('memory_ratio', 'peak_mb'), ('extra_ratio', 'extra_mb')):
             ok = base is not None and r.get(value) is not None and base.get(value)
             r[key] = r[value] / base[value] if ok else None
 
@@ -292,8 +411,10 @@ def run(args: argparse.Namespace) -> Dict:
     device = torch.device(args.device)
     if device.type == 'cuda' and not torch.cuda.is_available():
         raise ValueError('--device cuda: no CUDA device is available')
-    specs = [parse_model_spec(m) for m in args.models]
-    labels = [s.label for s in specs]
+    specs = [parse_entry(m) for m in args.models]
+    if any(variant == 'release' for _, variant in specs):
+        load_release(args.release_file)  # a missing or broken file is a user error now, not 'n/a' rows
+    labels = [s.label for s, _ in specs]
     if len(set(labels)) != len(labels):
         raise ValueError(f'models are listed twice: {labels}')
     baseline = args.baseline or labels[0]
@@ -315,7 +436,13 @@ def run(args: argparse.Namespace) -> Dict:
                        else 'defaults (env: ' + ', '.join(f'{k}={os.environ.get(k)}' for k in
                                                          ('MALLOC_MMAP_MAX_', 'MALLOC_TRIM_THRESHOLD_')) + ')'),
         memory=('torch.cuda.max_memory_allocated' if device.type == 'cuda' else
-                'peak RSS (VmHWM) above the post-import baseline, fresh process, glibc defaults'),
+                'peak RSS (VmHWM) above the post-import baseline, fresh process, ' +
+                ('glibc defaults' if args.memory_mmap_threshold is None else
+                 f'MALLOC_MMAP_THRESHOLD_={args.memory_mmap_threshold}')),
+        extra_memory=('max_memory_allocated - memory_allocated after the build' if device.type == 'cuda' else
+                      'VmHWM (reset by /proc/self/clear_refs after the build) - VmRSS after the build'),
+        nala_op='fast (nalaformer.ops.nala_fast)' if nala_fast.fast_op_enabled() else 'reference (nala.py)',
+        release_file=None if args.release_file is None else str(args.release_file),
         started=time.strftime('%Y-%m-%d %H:%M:%S'), load_at_start=[round(v, 2) for v in os.getloadavg()],
     )
     results = []
@@ -325,18 +452,19 @@ def run(args: argparse.Namespace) -> Dict:
             print(f"warning: other processes kept {contention['other_busy_cores']:.2f} cores busy while timing "
                   f"{size[0]}x{size[1]}; load {contention['load_before']} -> {contention['load_after']}",
                   file=sys.stderr)
-        for spec in specs:
+        for spec, _ in specs:
             row = dict(model=spec.label, size=list(size), batch=batch, **contention)
             if spec.label in failed:
-                row.update(status='n/a', reason=failed[spec.label], median_ms=None, peak_mb=None)
+                row.update(status='n/a', reason=failed[spec.label], median_ms=None, peak_mb=None, extra_mb=None)
             else:
-                row.update(status='ok', **summarize(samples[spec.label], batch), peak_mb=None)
+                row.update(status='ok', **summarize(samples[spec.label], batch), peak_mb=None, extra_mb=None)
             results.append(row)
     if not args.no_memory:
         jobs = [r for r in results if r['status'] == 'ok']
         for row in tqdm(jobs, desc='peak memory (fresh process each)'):
             memory = measure_memory(row['model'], tuple(row['size']), row['batch'], args)
             row['peak_mb'] = memory.get('peak_mb')
+            row['extra_mb'] = memory.get('extra_mb')
             if 'error' in memory:
                 row['memory_error'] = memory['error']
     add_ratios(results, baseline)
@@ -353,12 +481,13 @@ def _fmt(value: Optional[float], spec: str) -> str:
 
 def markdown_table(report: Dict) -> str:
     lines = [f"| model | size | batch | latency ms, median (IQR) | img/s | x {report['meta']['baseline']} "
-             f"latency | peak MB | x memory |", '|---|---|---|---|---|---|---|---|']
+             f"latency | peak MB | x memory | extra MB | x extra |", '|---|---|---|---|---|---|---|---|---|---|']
     for r in report['results']:
         latency = 'n/a' if r['median_ms'] is None else f"{r['median_ms']:.1f} ({r['q1_ms']:.1f}-{r['q3_ms']:.1f})"
         lines.append(f"| {r['model']} | {r['size'][0]}x{r['size'][1]} | {r['batch']} | {latency} | "
                      f"{_fmt(r.get('throughput'), '.1f')} | {_fmt(r['latency_ratio'], '.2f')} | "
-                     f"{_fmt(r['peak_mb'], '.0f')} | {_fmt(r['memory_ratio'], '.2f')} |")
+                     f"{_fmt(r['peak_mb'], '.0f')} | {_fmt(r['memory_ratio'], '.2f')} | "
+                     f"{_fmt(r.get('extra_mb'), '.0f')} | {_fmt(r.get('extra_ratio'), '.2f')} |")
     return '\n'.join(lines)
 
 

@@ -6,8 +6,11 @@ model = dict(
     arch='nala_swin_tiny',
     num_classes=1000,
     drop_path_rate=0.2,
-    attn_layout='LLSS',     # 'L' global linear attention, 'S' shifted-window softmax; 'LLLL', 'SSSS' also work
-    linear_kernel='nala',   # any kernel of nalaformer.ops.nala (kernel arguments: kernel_kwargs=dict(...))
+    # Per stage: a kernel of nalaformer.ops.nala run globally, or 'shifted_window' (Swin's windowed softmax).
+    # kernel_kwargs: None, or one dict per stage (None for shifted-window stages), e.g. (dict(power=3.0),
+    # dict(power=3.0), None, None) with attn_types=('relu', 'relu', 'shifted_window', 'shifted_window').
+    attn_types=('nala', 'nala', 'shifted_window', 'shifted_window'),
+    kernel_kwargs=None,
     dwc_kernel_size=5,
     mixup=dict(mixup_alpha=0.8, cutmix_alpha=1.0, prob=1.0, switch_prob=0.5, mode='batch'),
     label_smoothing=0.1,

@@ -1,9 +1,8 @@
-# NaLaFormer-T classifier with the release's training regularisation (SPEC §6).
+# NaLaFormer-T classifier with the release's training regularisation.
 model = dict(
     type='TimmClassifier',
     arch='nalaformer_t',
     num_classes=1000,
-    drop_path_rate=0.1,
     attn_types=('nala', 'nala', 'softmax', 'softmax'),  # release hybrid; 'nala' for all stages
     mixup=dict(mixup_alpha=0.8, cutmix_alpha=1.0, prob=1.0, switch_prob=0.5, mode='batch'),
     label_smoothing=0.1,

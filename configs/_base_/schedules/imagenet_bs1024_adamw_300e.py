@@ -1,4 +1,4 @@
-# Release recipe (SPEC §6): AdamW lr 5e-4 x batch/512 (1e-3 at 1024), wd 0.05 without decay on
+# Release recipe (the authors' training script): AdamW lr 5e-4 x batch/512 (1e-3 at 1024), wd 0.05 without decay on
 # norms, biases and LayerScale; 5 warm-up epochs from 1e-6, cosine to 1e-5, 300 epochs.
 optim_wrapper = dict(
     type='OptimWrapper',

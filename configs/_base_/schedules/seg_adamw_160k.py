@@ -1,4 +1,4 @@
-# UperNet schedule: 160k iterations, AdamW at the paper's lr 1e-4 / weight decay 1e-3 (SPEC §6; Swin's
+# UperNet schedule: 160k iterations, AdamW at the paper's lr 1e-4 / weight decay 1e-3 (Swin's
 # UperNet recipe uses lr 6e-5 / wd 0.01 with the same warm-up and schedule), 1500 linear warm-up
 # iterations, then linear (poly power 1) decay to 0. Validation and checkpoints every 16k iterations.
 _base_ = ['mmseg::_base_/schedules/schedule_160k.py']
