@@ -47,7 +47,7 @@ def test_pico_nalaformer_learns_fashion_mnist(tmp_path):
 
 @pytest.mark.slow
 def test_pico_nala_swin_learns_fashion_mnist(tmp_path):
-    """The Swin-T protocol's model ('LLSS': global NaLa stages, then windowed softmax) learns too."""
+    """The Swin-T protocol's model (the default attn_types: global NaLa stages, then windowed softmax) learns too."""
     val = _train_on_fashion_mnist(SWIN_CONFIG, tmp_path)
     assert val[-1]['accuracy/top1'] > 70.0  # chance is 10%
     assert val[-1]['accuracy/top1'] > val[0]['accuracy/top1']
