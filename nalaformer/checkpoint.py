@@ -39,7 +39,7 @@ from .ops.nala import kernel_function
 __all__ = [
     'CheckpointError', 'DefinitionMismatchError', 'Checkpoint', 'WEIGHT_KEYS', 'EMA_KEYS', 'read_checkpoint',
     'strip_wrapper_prefixes', 'model_definition', 'model_definitions', 'definition_modules', 'check_definition', 'check_state_dict_fits',
-    'load_checkpoint_into', 'describe_architecture', 'name_architecture', 'save_state_dict', 'convert_checkpoint',
+    'check_recorded_definitions', 'load_checkpoint_into', 'describe_architecture', 'name_architecture', 'save_state_dict', 'convert_checkpoint',
     'newest_readable_checkpoint', 'variant_of', 'pretrained_kwargs', 'pretrained_options', 'pretrained_weights',
     'loading_options',
 ]
@@ -76,11 +76,10 @@ def _load_file(path: Path) -> dict:
         raise FileNotFoundError(f'checkpoint {path} does not exist (or is not a file)')
     if path.suffix == '.safetensors':
         from safetensors import SafetensorError, safe_open
-        from safetensors.torch import load_file
         try:
-            with safe_open(str(path), framework='pt') as f:
+            with safe_open(str(path), framework='pt', device='cpu') as f:
                 metadata = f.metadata() or {}
-            tensors = load_file(str(path), device='cpu')
+                tensors = {key: f.get_tensor(key) for key in f.keys()}
         except (SafetensorError, OSError, ValueError) as e:
             raise CheckpointError(f'{path} is not a readable safetensors file (corrupt or truncated?): {e}') from e
         definitions = json.loads(metadata[DEFINITIONS_KEY]) if DEFINITIONS_KEY in metadata else []
@@ -375,6 +374,18 @@ def _unwrap(model: nn.Module) -> nn.Module:
     return model
 
 
+def check_recorded_definitions(model: nn.Module, checkpoint: 'Checkpoint', accept: bool = False,
+                               cfg_prefix: str = 'model.') -> None:
+    """:func:`check_definition` of every model a runner checkpoint records, at its path inside ``model``."""
+    for definition in checkpoint.definitions:
+        try:
+            module = model.get_submodule(definition['module'])
+        except AttributeError:
+            raise CheckpointError(f'{checkpoint.path} holds a model at {definition["module"]!r}, which this '
+                                  f'model lacks: was it written by another config?') from None
+        check_definition(definition, module, accept, str(checkpoint.path), cfg_prefix)
+
+
 def load_checkpoint_into(model: nn.Module, checkpoint: Checkpoint, ema: bool = False,
                          accept_definition_change: bool = False, cfg_prefix: str = 'model.') -> None:
     """Load a checkpoint into a (wrapped) model for evaluation, checking definitions and fit.
@@ -386,13 +397,7 @@ def load_checkpoint_into(model: nn.Module, checkpoint: Checkpoint, ema: bool = F
     """
     target = _unwrap(model)
     if checkpoint.is_runner_checkpoint:
-        for definition in checkpoint.definitions:
-            try:
-                module = target.get_submodule(definition['module'])
-            except AttributeError:
-                raise CheckpointError(f'{checkpoint.path} holds a model at {definition["module"]!r}, which this '
-                                      f'model lacks: was it written by another config?') from None
-            check_definition(definition, module, accept_definition_change, str(checkpoint.path), cfg_prefix)
+        check_recorded_definitions(target, checkpoint, accept_definition_change, cfg_prefix)
         state_dict = checkpoint.weights(ema)
         check_state_dict_fits(target, state_dict)
         result = target.load_state_dict(state_dict, strict=False)

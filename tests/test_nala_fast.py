@@ -15,6 +15,7 @@ import timm
 import torch
 
 import nalaformer  # noqa: F401  (registers the models)
+from extreme_tokens import make_extreme_
 from nalaformer.models import NaLaBlock
 from nalaformer.ops import build_attention_kernel, rope_angles, rope_table
 from nalaformer.ops import nala_fast
@@ -87,12 +88,7 @@ def test_single_token_output_fp32(kind):
 
 def extreme_inputs(dtype):
     q, k, v, dout, rope = inputs(3, 5, 32, dtype=dtype, heads=2)
-    q[:, :, 0] = 0.0      # a zero query
-    k[:, :, 1] = 0.0      # a zero key
-    q[:, :, 2] *= 1e6     # huge query norm (tanh saturated)
-    q[:, :, 3] *= 1e-30   # tiny query norm (its squares underflow in float32)
-    k[:, :, 4] *= 1e3     # large key norm (k^3 ~ 1e9)
-    k[:, :, 5] *= 1e-20
+    make_extreme_(q, k)
     q[:, :, 6, :7] = 0.0  # exact zeros inside a query
     return q, k, v, dout, rope
 

@@ -4,6 +4,7 @@ import math
 import pytest
 import torch
 
+from extreme_tokens import make_extreme_
 from nalaformer.ops import ATTENTION_KERNELS, apply_rope, build_attention_kernel, rope_angles, rope_table
 
 H, W = 3, 5  # non-square token grid, N = 15
@@ -167,12 +168,7 @@ def test_rope_needs_head_dim_divisible_by_four():
 def test_kernels_finite_for_zero_huge_and_tiny_tokens(name):
     d, n = 32, H * W
     q, k, v = (t.float() for t in qkv(d))
-    q[:, :, 0] = 0.0  # a zero query
-    k[:, :, 1] = 0.0  # a zero key
-    q[:, :, 2] *= 1e6  # huge query norm (tanh saturated)
-    q[:, :, 3] *= 1e-30  # tiny query norm (its squares underflow in fp32)
-    k[:, :, 4] *= 1e3  # large key norm (k^3 ~ 1e9)
-    k[:, :, 5] *= 1e-20
+    make_extreme_(q, k)
     q, k, v = (t.requires_grad_(True) for t in (q, k, v))
     out = build_attention_kernel(name)(q, k, v, rope_table(rope_angles(d), H, W))
     assert out.shape == (2, 2, n, d) and torch.isfinite(out).all()

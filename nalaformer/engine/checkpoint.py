@@ -19,7 +19,9 @@ from mmengine.model import is_model_wrapper
 from mmengine.registry import HOOKS, RUNNERS
 from mmengine.runner import CheckpointLoader, Runner
 
-from ..checkpoint import Checkpoint, CheckpointError, check_definition, model_definitions, newest_readable_checkpoint
+from ..checkpoint import (
+    Checkpoint, CheckpointError, check_recorded_definitions, model_definitions, newest_readable_checkpoint,
+)
 
 _HISTORY_BUFFER = '__history_buffer__'
 
@@ -104,7 +106,5 @@ class NaLaRunner(Runner):
 
     def load_checkpoint(self, filename: str, *args, **kwargs) -> dict:
         checkpoint = super().load_checkpoint(filename, *args, **kwargs)
-        model = self._unwrapped_model()
-        for definition in Checkpoint(filename, checkpoint).definitions:
-            check_definition(definition, model.get_submodule(definition['module']), source=filename)
+        check_recorded_definitions(self._unwrapped_model(), Checkpoint(filename, checkpoint))
         return checkpoint
