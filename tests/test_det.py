@@ -110,10 +110,11 @@ def val_metrics(work_dir):
     return row
 
 
-def assert_coco_metrics(metrics, kinds):
-    for kind in kinds:
-        for key in (f'coco/{kind}_mAP', f'coco/{kind}_mAP_50', f'coco/{kind}_mAP_75'):
-            assert isinstance(metrics[key], float) and 0.0 <= metrics[key] <= 1.0, (key, metrics)
+def coco_metrics(metrics, kinds):
+    """The AP, AP50 and AP75 of each kind ('bbox', 'segm'); a KeyError if the run did not report one.
+
+    These tiny runs check the pipelines; that the detector learns is tests/test_dense_fit.py's job."""
+    return {key: metrics[key] for kind in kinds for key in (f'coco/{kind}_mAP', f'coco/{kind}_mAP_50', f'coco/{kind}_mAP_75')}
 
 
 # --- configs -----------------------------------------------------------------------------------------------
@@ -178,6 +179,24 @@ def test_frozen_stages_get_no_gradients():
     assert not any(m.training for prefix in frozen for m in backbone.get_submodule(prefix).modules())
 
 
+def test_roi_features_of_the_backbone_maps_are_the_true_ones():
+    """mmcv's RoIAlign reads memory as NCHW whatever the strides: the backbone must hand it maps whose
+    RoI features equal torchvision's stride-aware roi_align (a channels-last map gave garbage boxes/masks)."""
+    from mmcv.ops import RoIAlign
+    from torchvision.ops import roi_align
+
+    from nalaformer.dense import NaLaBackbone
+    torch.manual_seed(0)
+    backbone = NaLaBackbone('nalaformer_xt', init_cfg=None).eval()
+    with torch.no_grad():
+        features = backbone(torch.randn(2, 3, 96, 128))
+    rois = torch.tensor([[0, 4., 6., 60., 50.], [1, 30., 10., 120., 90.]])
+    for feature, stride in zip(features, (4, 8, 16, 32)):
+        ours = RoIAlign(7, spatial_scale=1 / stride, sampling_ratio=2, aligned=True)(feature, rois)
+        expected = roi_align(feature, rois, 7, spatial_scale=1 / stride, sampling_ratio=2, aligned=True)
+        torch.testing.assert_close(ours, expected, rtol=1e-5, atol=1e-5)
+
+
 def test_missing_coco_files_are_named(tmp_path):
     result = run_script(ROOT / 'tools' / 'train.py', MASK_RCNN, '--work-dir', tmp_path / 'w', '--cfg-options',
                         f'train_dataloader.dataset.data_root={tmp_path}/coco', check=False)
@@ -198,7 +217,7 @@ def trained_mask_rcnn(tiny_coco, tmp_path_factory):
 
 @pytest.mark.slow
 def test_mask_rcnn_trains_and_reports_coco_box_and_mask_ap(trained_mask_rcnn):
-    assert_coco_metrics(val_metrics(trained_mask_rcnn), ['bbox', 'segm'])
+    assert all(isinstance(v, float) for v in coco_metrics(val_metrics(trained_mask_rcnn), ['bbox', 'segm']).values())
     checkpoint = torch.load(trained_mask_rcnn / 'epoch_1.pth', map_location='cpu', weights_only=True)
     assert checkpoint['meta']['dataset_meta']['classes'][:3] == ('person', 'bicycle', 'car')
 
@@ -208,7 +227,8 @@ def test_test_tool_reports_coco_metrics_and_draws_predictions(trained_mask_rcnn,
     out = run_script(ROOT / 'tools' / 'test.py', MASK_RCNN, trained_mask_rcnn / 'epoch_1.pth', '--work-dir',
                      tmp_path / 'test', '--show-dir', tmp_path / 'show', '--cfg-options', *tiny_options(tiny_coco))
     metrics = eval(out.stdout.strip().splitlines()[-1])  # the dict printed by tools/test.py
-    assert_coco_metrics(metrics, ['bbox', 'segm'])
+    # the checkpoint re-evaluated on the validation images gives what the training run's validation logged
+    assert coco_metrics(metrics, ['bbox', 'segm']) == coco_metrics(val_metrics(trained_mask_rcnn), ['bbox', 'segm'])
     drawn = sorted(p.name for p in (tmp_path / 'show').glob('*.png'))
     assert drawn == [f'{i:06d}.png' for i in range(1, 5)]
     assert Image.open(tmp_path / 'show' / drawn[0]).size == (320, 120)  # ground truth | predictions
@@ -228,7 +248,7 @@ def test_retinanet_trains_and_reports_coco_box_ap(tiny_coco, tmp_path):
     run_script(ROOT / 'tools' / 'train.py', RETINANET, '--work-dir', tmp_path,
                '--cfg-options', *tiny_options(tiny_coco, detector='retinanet'))
     metrics = val_metrics(tmp_path)
-    assert_coco_metrics(metrics, ['bbox'])
+    assert all(isinstance(v, float) for v in coco_metrics(metrics, ['bbox']).values())
     assert 'coco/segm_mAP' not in metrics
 
 
@@ -244,4 +264,4 @@ def test_custom_coco_config_runs_under_mmdet_own_train_script(tiny_coco, tmp_pat
     checkpoint = torch.load(tmp_path / 'epoch_1.pth', map_location='cpu', weights_only=True)
     assert checkpoint['meta']['dataset_meta']['classes'] == ('cat', 'dog')
     assert checkpoint['state_dict']['roi_head.bbox_head.fc_cls.weight'].shape[0] == 3  # 2 classes + background
-    assert_coco_metrics(val_metrics(tmp_path), ['bbox', 'segm'])
+    assert all(isinstance(v, float) for v in coco_metrics(val_metrics(tmp_path), ['bbox', 'segm']).values())

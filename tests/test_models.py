@@ -169,18 +169,27 @@ def test_no_weight_decay_and_group_matcher():
     assert not any('gamma' in names[i] or names[i].endswith('.bias') or 'norm' in names[i] for i in decayed)
 
 
-def test_gradient_checkpointing_same_outputs_and_grads():
+@pytest.mark.parametrize('mode', [True, 'selective'])
+def test_gradient_checkpointing_same_outputs_and_grads(mode):
     model = small(drop_path_rate=0.0).train()
     x = torch.randn(2, 3, 64, 64)
     torch.manual_seed(0)
-    model(x).sum().backward()
+    expected = model(x)
+    expected.sum().backward()
     grads = [p.grad.clone() for p in model.parameters()]
     model.zero_grad()
-    model.set_grad_checkpointing(True)
-    assert all(s.grad_checkpointing for s in model.layers)
-    model(x).sum().backward()
+    model.set_grad_checkpointing(mode)
+    assert all(s.grad_checkpointing == mode for s in model.layers)
+    out = model(x)
+    out.sum().backward()
+    torch.testing.assert_close(out, expected, rtol=0, atol=0)
     for g, p in zip(grads, model.parameters()):
         torch.testing.assert_close(p.grad, g, rtol=1e-4, atol=1e-6)
+
+
+def test_gradient_checkpointing_rejects_unknown_modes():
+    with pytest.raises(ValueError, match="True, False or 'selective'"):
+        small().set_grad_checkpointing('all')
 
 
 def test_drop_path_is_stochastic_in_training_only():

@@ -1,7 +1,7 @@
 """One backbone wrapper for dense prediction (mmsegmentation, mmdetection) around our timm models."""
 import logging
 import os.path as osp
-from typing import Optional, Sequence, Tuple
+from typing import Optional, Sequence, Tuple, Union
 
 import timm
 import torch
@@ -21,7 +21,8 @@ class NaLaBackbone(BaseModule):
         frozen_stages: as in mmdet/mmseg backbones: 0 freezes the stem, k the stem and the first k
             stages (no gradients, eval mode); -1 freezes nothing.
         norm_eval: keep BatchNorm layers in eval mode while training (frozen statistics).
-        with_cp: gradient checkpointing in every stage.
+        with_cp: gradient checkpointing in every stage: True (whole blocks) or ``'selective'`` (all but the
+            matrix products, see ``NaLaFormer.set_grad_checkpointing``).
         out_norms: a LayerNorm on each output (detection/segmentation heads expect normalised maps).
         init_cfg: ``dict(type='Pretrained', checkpoint=PATH)`` loads an ImageNet checkpoint of ours,
             the release's, a ``.safetensors`` or a dense-task checkpoint; the classifier is dropped and
@@ -34,7 +35,7 @@ class NaLaBackbone(BaseModule):
     """
 
     def __init__(self, arch: str = 'nalaformer_t', out_indices: Sequence[int] = (0, 1, 2, 3),
-                 frozen_stages: int = -1, norm_eval: bool = False, with_cp: bool = False, out_norms: bool = True,
+                 frozen_stages: int = -1, norm_eval: bool = False, with_cp: Union[bool, str] = False, out_norms: bool = True,
                  init_cfg: Optional[dict] = None, **model_kwargs):
         super().__init__(init_cfg=init_cfg)
         self.model = timm.create_model(arch, features_only=True, out_indices=tuple(out_indices), **model_kwargs)
@@ -42,7 +43,7 @@ class NaLaBackbone(BaseModule):
         self.frozen_stages = frozen_stages
         self.norm_eval = norm_eval
         if with_cp:
-            self.model.set_grad_checkpointing(True)
+            self.model.set_grad_checkpointing(with_cp)
         channels = self.model.feature_info.channels()
         self.norms = nn.ModuleList(LayerNorm2d(c) for c in channels) if out_norms else None
         self._freeze_stages()
@@ -88,4 +89,6 @@ class NaLaBackbone(BaseModule):
         features = self.model(x)
         if self.norms is not None:
             features = [norm(f) for norm, f in zip(self.norms, features)]
-        return tuple(features)
+        # Contiguous channels-first maps: mmcv's RoIAlign (CPU and CUDA) reads its input's memory as NCHW
+        # whatever its strides, so a channels-last map (LayerNorm2d's output is one) gives wrong RoI features.
+        return tuple(f.contiguous() for f in features)

@@ -23,7 +23,8 @@ class TimmClassifier(BaseModel):
             ``kernel_kwargs`` than this model's (otherwise an error naming both).
         mixup: timm ``Mixup`` arguments (``num_classes`` and ``label_smoothing`` are filled in) or None.
         label_smoothing: smoothing of the targets (inside Mixup when it is on).
-        grad_checkpointing: trade compute for memory in every stage.
+        grad_checkpointing: trade compute for memory in every stage: True (whole blocks) or ``'selective'``
+            (all but the matrix products; NaLaFormer only).
 
     ``forward(inputs, data_samples, mode)``: inputs (B, C, H, W) float, data_samples (B,) int64 labels;
     'loss' -> dict(loss), 'predict' -> list of dict(logits (num_classes,), label ()), 'tensor' -> logits.
@@ -31,7 +32,7 @@ class TimmClassifier(BaseModel):
 
     def __init__(self, arch: str, pretrained: Optional[str] = None, pretrained_ema: bool = False,
                  accept_definition_change: bool = False, mixup: Optional[dict] = None,
-                 label_smoothing: float = 0.0, grad_checkpointing: bool = False,
+                 label_smoothing: float = 0.0, grad_checkpointing: Union[bool, str] = False,
                  data_preprocessor: Optional[dict] = None, init_cfg: Optional[dict] = None, **model_kwargs):
         super().__init__(data_preprocessor=data_preprocessor, init_cfg=init_cfg)
         if arch not in timm.list_models():
@@ -43,7 +44,7 @@ class TimmClassifier(BaseModel):
                 model_kwargs.update(pretrained_ema=pretrained_ema, accept_definition_change=accept_definition_change)
         self.model = timm.create_model(arch, **model_kwargs)
         if grad_checkpointing:
-            self.model.set_grad_checkpointing(True)
+            self.model.set_grad_checkpointing(grad_checkpointing)
         num_classes = self.model.num_classes
         self.mixup = Mixup(**{**mixup, 'label_smoothing': label_smoothing, 'num_classes': num_classes}) \
             if mixup else None

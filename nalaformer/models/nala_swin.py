@@ -463,6 +463,9 @@ class NaLaSwinTransformer(nn.Module):
 
     @torch.jit.ignore
     def set_grad_checkpointing(self, enable: bool = True) -> None:
+        if enable not in (True, False):
+            raise ValueError(f"NaLa-Swin's grad checkpointing is True or False (whole blocks), got {enable!r}; "
+                             "'selective' is NaLaFormer's")
         for stage in self.layers:
             stage.grad_checkpointing = enable
 

@@ -170,7 +170,11 @@ class NaLaFormer(nn.Module):
         )
 
     @torch.jit.ignore
-    def set_grad_checkpointing(self, enable: bool = True):
+    def set_grad_checkpointing(self, enable: Union[bool, str] = True):
+        """True: recompute whole blocks in backward; ``'selective'``: recompute all but the matrix
+        products (:mod:`nalaformer.models.recompute`: less memory than none, less time than True)."""
+        if enable not in (True, False, 'selective'):
+            raise ValueError(f"grad checkpointing is True, False or 'selective', got {enable!r}")
         self.grad_checkpointing = enable
         for stage in self.layers:
             stage.grad_checkpointing = enable
@@ -225,7 +229,7 @@ class NaLaFormer(nn.Module):
         for i, stage in enumerate(stages):
             x = stage(x)
             if i in take_indices:
-                intermediates.append(x)
+                intermediates.append(x.contiguous())  # channels-first, as callers expect of (B, C, H, W)
             if stage.downsample is not None:
                 x = stage.downsample(x)
         if intermediates_only:

@@ -7,24 +7,13 @@ Produces OUT_DIR/{train,val}/<class name>/<index>.png, the layout every classifi
 reads; a small real dataset for checking the training pipeline end to end on a CPU.
 """
 import argparse
-import gzip
 from pathlib import Path
 
 import numpy as np
 from PIL import Image
 from tqdm import tqdm
 
-CLASSES = ('t-shirt', 'trouser', 'pullover', 'dress', 'coat', 'sandal', 'shirt', 'sneaker', 'bag', 'ankle-boot')
-DEFAULT_SRC = '/usr/share/datasets/fashion-mnist'
-
-
-def read_idx(path: Path) -> np.ndarray:
-    """IDX format: big-endian magic (dtype code, ndim), dims, then the data."""
-    with gzip.open(path, 'rb') as f:
-        data = f.read()
-    ndim = data[3]
-    shape = tuple(int.from_bytes(data[4 + 4 * i:8 + 4 * i], 'big') for i in range(ndim))
-    return np.frombuffer(data, dtype=np.uint8, offset=4 + 4 * ndim).reshape(shape)
+from nalaformer.datasets import CLASSES, DEFAULT_SRC, read_fashion_mnist
 
 
 def write_split(images: np.ndarray, labels: np.ndarray, out: Path, per_class: int) -> int:
@@ -45,12 +34,12 @@ def main(argv=None):
     parser.add_argument('--train-per-class', type=int, default=600)
     parser.add_argument('--val-per-class', type=int, default=100)
     args = parser.parse_args(argv)
-    files = {s: (args.src / f'{s}-images-idx3-ubyte.gz', args.src / f'{s}-labels-idx1-ubyte.gz') for s in ('train', 't10k')}
-    missing = [str(p) for pair in files.values() for p in pair if not p.is_file()]
-    if missing:
-        raise SystemExit(f'missing {missing}; install them with `apt-get install dataset-fashion-mnist` or pass --src')
-    for split, source, per_class in (('train', 'train', args.train_per_class), ('val', 't10k', args.val_per_class)):
-        n = write_split(read_idx(files[source][0]), read_idx(files[source][1]), args.out / split, per_class)
+    try:
+        splits = {'train': read_fashion_mnist(args.src, 'train'), 'val': read_fashion_mnist(args.src, 'test')}
+    except FileNotFoundError as e:
+        raise SystemExit(str(e))
+    for split, per_class in (('train', args.train_per_class), ('val', args.val_per_class)):
+        n = write_split(*splits[split], args.out / split, per_class)
         print(f'{split}: {n} images')
 
 

@@ -1,0 +1,51 @@
+"""Dense models learn: the smallest detection and segmentation configs fit real-pixel scenes about as
+well as a ResNet-18 backbone trained the same way (tools/analysis/dense_fit.py, through mmdet's and
+mmseg's own tools/train.py; the full-size study and its curves: docs/dense_fit.md).
+
+Both backbones are trained here, in the same run, from scratch under the same schedule, so the
+ResNet-18 figure is measured, not recorded. Scenes: Fashion-MNIST items pasted on crops of a real
+photograph (nalaformer.datasets.write_scenes); the metric is taken on the training scenes.
+"""
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+DENSE_FIT = ROOT / 'tools' / 'analysis' / 'dense_fit.py'
+# Narrower heads and 8 scenes keep the check within a few minutes per backbone on 2 CPU cores.
+QUICK = ['--images', '8', '--head-channels', '64', '--batch', '4']
+
+
+def fit(task, tmp_path, *options):
+    out = tmp_path / task
+    result = subprocess.run([sys.executable, str(DENSE_FIT), task, '--backbones', 'nalaformer_xt', 'resnet18',
+                             '--work-dir', str(tmp_path), '--out', str(out), *QUICK, *options],
+                            capture_output=True, text=True, timeout=1800, cwd=ROOT,
+                            env={**os.environ, 'OMP_NUM_THREADS': '2'})
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-5000:]
+    assert out.with_suffix('.png').is_file()
+    runs = {run['backbone']: run for run in json.loads(out.with_suffix('.json').read_text())['runs']}
+    return runs['nalaformer_xt'], runs['resnet18']
+
+
+@pytest.mark.slow
+def test_mask_rcnn_fits_the_scenes_at_least_half_as_well_as_resnet18(tmp_path):
+    nala, resnet = fit('det', tmp_path, '--iters', '120', '--eval-every', '120')
+    for metric in ('coco/bbox_mAP', 'coco/segm_mAP'):
+        ours, reference = nala['metrics'][-1][metric], resnet['metrics'][-1][metric]
+        assert reference >= 0.2, (metric, reference)  # the schedule is long enough for the reference to fit
+        assert ours >= 0.5 * reference, (metric, ours, reference)
+    assert nala['losses'][-1]['loss'] < 0.5 * nala['losses'][0]['loss']
+
+
+@pytest.mark.slow
+def test_upernet_fits_the_scenes_at_least_half_as_well_as_resnet18(tmp_path):
+    nala, resnet = fit('seg', tmp_path, '--iters', '120', '--eval-every', '120')
+    ours, reference = nala['metrics'][-1]['mIoU'], resnet['metrics'][-1]['mIoU']
+    assert reference >= 20, reference
+    assert ours >= 0.5 * reference, (ours, reference)
+    assert nala['losses'][-1]['loss'] < 0.5 * nala['losses'][0]['loss']
