@@ -101,7 +101,8 @@ def fit_config(task: str, backbone: str, args: argparse.Namespace, options: Dict
         log_processor=dict(by_epoch=False, window_size=1),
         default_hooks=dict(logger=dict(interval=1, log_metric_by_epoch=False),  # metrics at their iteration
                            checkpoint=dict(by_epoch=False, interval=iters, max_keep_ckpts=1)),
-        randomness=dict(seed=0))
+        randomness=dict(seed=0),
+        optim_wrapper=dict(optimizer=dict(lr=lr)))
     sampler = dict(type='InfiniteSampler', shuffle=True)  # mmengine pauses 2 s at each epoch end otherwise
     if task == 'det':
         model = _merge(model, dict(roi_head=dict(bbox_head=dict(num_classes=len(CLASSES)),
@@ -114,7 +115,6 @@ def fit_config(task: str, backbone: str, args: argparse.Namespace, options: Dict
                                             data_prefix=dict(img=f'{"train" if split == "train" else "val"}2017/')))
                    for split in ('train', 'val', 'test')}
         evaluator = dict(ann_file=str(root / 'annotations' / 'instances_val2017.json'))
-        optimizer = dict(optim_wrapper=dict(optimizer=dict(lr=lr)))
         extra = dict(val_evaluator=evaluator, test_evaluator=evaluator)
     else:
         num_classes = len(CLASSES) + 1  # background + the items
@@ -125,10 +125,9 @@ def fit_config(task: str, backbone: str, args: argparse.Namespace, options: Dict
         loaders = {split: dict(batch_size=batch if split == 'train' else 1, num_workers=0, persistent_workers=False,
                                **(dict(sampler=sampler) if split == 'train' else {}),
                                dataset=dict(data_root=str(root))) for split in ('train', 'val', 'test')}
-        optimizer = dict(optim_wrapper=dict(optimizer=dict(lr=lr)))
         extra = {}
     text = [f'_base_ = [{str(CONFIGS[task])!r}]', f'model = {model!r}']
-    for key, value in {**schedule, **optimizer, **extra}.items():
+    for key, value in {**schedule, **extra}.items():
         text.append(f'{key} = {value!r}')
     for split, loader in loaders.items():
         text.append(f'{split}_dataloader = {loader!r}')
