@@ -32,6 +32,7 @@ def _weight_in_format_of(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
     return weight
 
 
+@register_notrace_module  # its layout test is control flow: a leaf for torch.fx
 class DepthwiseConv2d(nn.Conv2d):
     """k x k depthwise convolution, 'same' padding, run in its input's memory format."""
 
@@ -128,6 +129,7 @@ class _GeluConvResidual(torch.autograd.Function):
         return torch.ops.aten.gelu_backward(grad_h + grad, a), grad_weight, grad_bias, None
 
 
+@register_notrace_module  # _GeluConvResidual is opaque to torch.fx: a leaf
 class ConvFFN(nn.Module):
     """fc1 -> GELU -> (3x3 depthwise conv + residual) -> fc2 on a (B, C, H, W) map.
 
