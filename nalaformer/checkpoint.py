@@ -15,17 +15,22 @@ Every tool that takes a checkpoint goes through :class:`Checkpoint`:
   checkpoint into a model that computes something else fails naming both, unless accepted explicitly.
   A file without definitions (the release's, a bare state dict) loads into whatever model is built.
 
-Writes go to a temporary file that is renamed into place, so an interrupted write never leaves a
-truncated checkpoint.
+timm's hub folders (``config.json`` + ``model.safetensors``, written with ``timm.models.save_for_hf``)
+are checkpoints too: their definition is the folder's ``architecture`` and ``model_args``.
+
+Writes go to a temporary file (or folder) that is renamed into place, so an interrupted write never
+leaves a truncated checkpoint.
 """
 import argparse
 import contextlib
 import contextvars
+import inspect
 import json
 import logging
 import os
 import pickle
 import re
+import shutil
 import tempfile
 import zipfile
 from pathlib import Path
@@ -39,7 +44,8 @@ from .ops.nala import kernel_function
 __all__ = [
     'CheckpointError', 'DefinitionMismatchError', 'Checkpoint', 'WEIGHT_KEYS', 'EMA_KEYS', 'read_checkpoint',
     'strip_wrapper_prefixes', 'model_definition', 'model_definitions', 'definition_modules', 'check_definition', 'check_state_dict_fits',
-    'check_recorded_definitions', 'load_checkpoint_into', 'describe_architecture', 'name_architecture', 'save_state_dict', 'convert_checkpoint',
+    'check_recorded_definitions', 'load_checkpoint_into', 'describe_architecture', 'name_architecture', 'save_state_dict',
+    'save_timm_folder', 'convert_checkpoint', 'TIMM_FOLDER_WEIGHTS',
     'newest_readable_checkpoint', 'variant_of', 'pretrained_kwargs', 'pretrained_options', 'pretrained_weights',
     'loading_options',
 ]
@@ -57,6 +63,12 @@ DEFINITIONS_KEY = 'model_definitions'
 # Prefixes wrappers put before a model's own keys: DDP, torch.compile, our mmengine models
 # (classification 'model.', dense tasks 'backbone.model.model.'); used for files without definitions.
 _WRAPPER_PREFIXES = re.compile(r'^(module\.|_orig_mod\.|backbone\.|model\.)+')
+# The weights of a timm hub folder, in timm's order of preference (save_for_hf writes these names).
+TIMM_FOLDER_WEIGHTS = ('model.safetensors', 'pytorch_model.bin')
+# config.json entry of our folders saying whether the weights are a run's EMA weights.
+EMA_FLAG = 'ema'
+# timm.create_model kwargs of this project that say how to load weights, not what the model is.
+_LOADING_KWARGS = ('pretrained_ema', 'accept_definition_change')
 
 
 class CheckpointError(ValueError):
@@ -70,10 +82,36 @@ class DefinitionMismatchError(CheckpointError):
 # ----------------------------------------------------------------------------------------------
 # Reading
 # ----------------------------------------------------------------------------------------------
+def _load_folder(path: Path) -> dict:
+    """A timm hub folder as {'model', 'meta'} (plus 'model_ema' when it holds EMA weights); its one
+    definition is the folder's ``architecture`` and ``model_args``."""
+    config_file = path / 'config.json'
+    if not config_file.is_file():
+        raise CheckpointError(f'{path} is a folder without config.json, so not a timm model folder '
+                              f'(write one with: python tools/convert_checkpoint.py CHECKPOINT {path})')
+    try:
+        config = json.loads(config_file.read_text())
+    except json.JSONDecodeError as e:
+        raise CheckpointError(f'{config_file} is not valid JSON (damaged?): {e}') from e
+    weights_file = next((path / name for name in TIMM_FOLDER_WEIGHTS if (path / name).is_file()), None)
+    if weights_file is None or 'architecture' not in config:
+        raise CheckpointError(f'{path} is not a complete timm model folder: it needs config.json with an '
+                              f'"architecture" and one of {TIMM_FOLDER_WEIGHTS}')
+    tensors = Checkpoint(weights_file, _load_file(weights_file)).weights()
+    definition = dict(module='', architecture=config['architecture'], model_args=config.get('model_args') or {})
+    content = {'model': tensors, 'meta': {DEFINITIONS_KEY: [definition]}}
+    if config.get(EMA_FLAG):
+        content['model_ema'] = tensors
+    return content
+
+
 def _load_file(path: Path) -> dict:
-    """The file's top-level dict, read safely; a safetensors file as {'model', 'meta'} (as the converter's .pth)."""
+    """The file's top-level dict, read safely; a safetensors file as {'model', 'meta'} (as the converter's .pth),
+    a timm hub folder as :func:`_load_folder` reads it."""
+    if path.is_dir():
+        return _load_folder(path)
     if not path.is_file():
-        raise FileNotFoundError(f'checkpoint {path} does not exist (or is not a file)')
+        raise FileNotFoundError(f'checkpoint {path} does not exist')
     if path.suffix == '.safetensors':
         from safetensors import SafetensorError, safe_open
         try:
@@ -225,11 +263,27 @@ def _plain(value):
     return value
 
 
+def _is_plain_data(value) -> bool:
+    try:
+        json.dumps(value)
+    except (TypeError, ValueError):
+        return False
+    return True
+
+
 def model_definition(model: nn.Module) -> dict:
-    """``{'architecture': timm name, 'model_args': {name: value for each of model.definition_args}}``."""
+    """``{'architecture': timm name, 'model_args': ...}``: the arguments that rebuild the model
+    (``timm.models.get_model_args``, as in a timm hub folder's config.json), with each of the model's
+    ``definition_args`` (what it computes but its state dict does not show) written out."""
+    from timm.models import get_model_args
     architecture = (getattr(model, 'pretrained_cfg', None) or {}).get('architecture')
-    return {'architecture': architecture,
-            'model_args': {name: _plain(getattr(model, name)) for name in model.definition_args}}
+    args = {k: _plain(v) for k, v in get_model_args(model).items() if k not in _LOADING_KWARGS}
+    dropped = sorted(k for k, v in args.items() if not _is_plain_data(v))
+    if dropped:  # checkpoints hold plain data only (they are read without unpickling objects)
+        _logger.warning(f'model arguments {dropped} are not plain data and are not recorded in checkpoints')
+    args = {k: v for k, v in args.items() if k not in dropped}
+    args.update({name: _plain(getattr(model, name)) for name in model.definition_args})
+    return {'architecture': architecture, 'model_args': args}
 
 
 def definition_modules(model: nn.Module) -> List[Tuple[str, nn.Module]]:
@@ -244,9 +298,17 @@ def model_definitions(model: nn.Module) -> List[dict]:
     return [dict(model_definition(module), module=name) for name, module in definition_modules(model)]
 
 
+def _definition_args(model_args: dict, model: nn.Module) -> dict:
+    """The ``definition_args`` of ``model`` out of recorded ``model_args``; one left out (a folder written
+    for a default model) is the model class's default."""
+    defaults = inspect.signature(type(model)).parameters
+    return {name: _plain(model_args[name] if name in model_args else defaults[name].default)
+            for name in model.definition_args}
+
+
 def _function(model_args: dict) -> dict:
-    """What a definition computes: kernels compared through :func:`kernel_function` (defaults filled in,
-    fused implementations equal to the reference, launch settings ignored)."""
+    """What definition arguments compute: kernels compared through :func:`kernel_function` (defaults
+    filled in, fused implementations equal to the reference, launch settings ignored)."""
     args = dict(model_args)
     if 'attn_types' in args:
         names = args.pop('attn_types')
@@ -255,9 +317,8 @@ def _function(model_args: dict) -> dict:
     return args
 
 
-def _describe(definition: dict) -> str:
-    args = ', '.join(f'{k}={v!r}' for k, v in definition['model_args'].items())
-    return f'{definition.get("architecture") or "model"}({args})'
+def _describe(architecture: Optional[str], args: dict) -> str:
+    return f'{architecture or "model"}({", ".join(f"{k}={v!r}" for k, v in args.items())})'
 
 
 def _cfg_option(key: str, value) -> str:
@@ -282,15 +343,18 @@ def check_definition(recorded: Optional[dict], model: nn.Module, accept: bool = 
     """
     if recorded is None:
         return
-    own = model_definition(model)
-    if _function(recorded['model_args']) == _function(own['model_args']):
+    theirs = _definition_args(recorded['model_args'], model)
+    own = {name: _plain(getattr(model, name)) for name in model.definition_args}
+    if _function(theirs) == _function(own):
         return
-    message = f'{source} was trained as {_describe(recorded)} but the model is {_describe(own)}'
+    architecture = (getattr(model, 'pretrained_cfg', None) or {}).get('architecture')
+    message = (f'{source} was trained as {_describe(recorded.get("architecture"), theirs)} but the model is '
+               f'{_describe(architecture, own)}')
     if accept:
         _logger.warning(f'{message}; loading anyway (accept_definition_change)')
         return
-    overrides = ' '.join(_cfg_option(f'{cfg_prefix}{k}', v) for k, v in recorded['model_args'].items())
-    kwargs = ', '.join(f'{k}={v!r}' for k, v in recorded['model_args'].items())
+    overrides = ' '.join(_cfg_option(f'{cfg_prefix}{k}', v) for k, v in theirs.items())
+    kwargs = ', '.join(f'{k}={v!r}' for k, v in theirs.items())
     raise DefinitionMismatchError(
         f'{message}. Attention kernels have no weights, so these would load and silently compute another '
         f'function. Build the model the checkpoint describes (tools: --cfg-options {overrides}; Python: '
@@ -452,13 +516,21 @@ def pretrained_kwargs(variant: str, kwargs: dict) -> Tuple[dict, dict]:
 
     ``pretrained_ema=True`` loads the checkpoint's EMA weights, ``accept_definition_change=True`` a
     checkpoint recorded with other ``attn_types`` / ``kernel_kwargs``. No weights are hosted, so a
-    local file (or state dict) is required; files are read by the model's own ``load_pretrained``
-    (timm's ``custom_load``), which is safe and names what is wrong with a checkpoint.
+    local file, state dict or timm folder (``timm.create_model('local-dir:DIR')``) is required; files and
+    folders are read by the model's own ``load_pretrained`` (timm's ``custom_load``), which is safe,
+    checks the recorded definition and names what is wrong with a checkpoint. A model named
+    ``hf-hub:...`` is loaded by timm.
     """
     kwargs = dict(kwargs)
     options = dict(ema=kwargs.pop('pretrained_ema', False),
                    accept_definition_change=kwargs.pop('accept_definition_change', False))
     overlay = dict(kwargs.get('pretrained_cfg_overlay') or {})
+    cfg = kwargs.get('pretrained_cfg')
+    source = cfg.get('source') if isinstance(cfg, dict) else None  # set by timm for 'local-dir:' / 'hf-hub:' names
+    if source == 'hf-hub':
+        return kwargs, options
+    if source == 'local-dir' and not overlay:
+        overlay = dict(file=cfg['file'], source=None)  # the folder, read like any checkpoint
     if not (overlay.get('file') or overlay.get('state_dict')):
         raise ValueError(
             f'{variant}: no weights are hosted for download; pass a local checkpoint with '
@@ -493,15 +565,96 @@ def save_state_dict(state_dict: StateDict, path: PathLike, definition: Optional[
             os.remove(tmp)
 
 
-def convert_checkpoint(src: PathLike, dst: PathLike, ema: bool = False) -> str:
-    """Convert any checkpoint of ours or the release's to ``.pth`` / ``.safetensors``; returns what it holds.
+def _release_definition(state_dict: StateDict) -> dict:
+    """The definition of a NaLaFormer state dict that records none (the release's ``.pth``): its
+    architecture read off the tensors, the release's hybrid attention written out."""
+    from .models.nalaformer import NaLaFormer  # the models import this module
+    arch = describe_architecture(state_dict)
+    variant = variant_of(arch)
+    args = dict(arch) if variant is None else {}
+    for name, key, dim in (('in_chans', 'patch_embed.proj.0.weight', 1), ('head_hidden_size', 'proj.weight', 0)):
+        if key not in state_dict:
+            raise CheckpointError(f'it lacks {key}, so it is not a whole NaLaFormer')
+        args[name] = state_dict[key].shape[dim]
+    args['num_classes'] = state_dict['head.weight'].shape[0] if 'head.weight' in state_dict else 0
+    if not any('.gamma_1' in k for k in state_dict):
+        args['layer_scale_init_values'] = None
+    defaults = inspect.signature(NaLaFormer).parameters
+    args.update({name: _plain(defaults[name].default) for name in NaLaFormer.definition_args})
+    return dict(architecture=variant or 'nalaformer_t', model_args=_plain(args))
 
-    Runner checkpoints (raw or ``ema``) give the weights of their timm model; the definition is kept.
+
+def _replace_folder(new: Path, path: Path) -> None:
+    """Move the finished folder ``new`` to ``path``, replacing a folder there only once ``new`` is complete."""
+    if not path.exists():
+        os.replace(new, path)
+        return
+    old = Path(tempfile.mkdtemp(dir=path.parent, prefix=f'.{path.name}.old.'))
+    os.replace(path, old / path.name)
+    os.replace(new, path)
+    shutil.rmtree(old)
+
+
+def save_timm_folder(state_dict: StateDict, definition: dict, path: PathLike, ema: bool = False) -> None:
+    """Write a timm hub folder (``timm.models.save_for_hf``: config.json + model.safetensors) of the model
+    ``definition`` describes, holding ``state_dict``; ``timm.create_model('local-dir:PATH', pretrained=True)``
+    rebuilds it. ``ema`` is recorded in config.json. Written atomically."""
+    import timm
+    from timm.models import save_for_hf
+    path = Path(path)
+    if path.exists() and not path.is_dir():
+        raise CheckpointError(f'{path} exists and is a file; a timm folder needs a directory name')
+    try:
+        model = timm.create_model(definition['architecture'], **definition['model_args'])
+    except (TypeError, ValueError, RuntimeError) as e:
+        raise CheckpointError(f'cannot rebuild {_describe(definition["architecture"], definition["model_args"])} '
+                              f'for the folder: {e}') from e
+    check_state_dict_fits(model, state_dict)
+    result = model.load_state_dict(state_dict, strict=False)
+    if result.missing_keys:
+        raise CheckpointError(
+            f'the weights lack {len(result.missing_keys)} tensors of {definition["architecture"]} '
+            f'(e.g. {result.missing_keys[:3]}): a timm folder holds a whole classification model; '
+            f'backbone weights of a dense-task run convert to .safetensors or .pth instead')
+    if result.unexpected_keys:
+        raise CheckpointError(f'the weights have tensors {definition["architecture"]} lacks: '
+                              f'{result.unexpected_keys[:5]}')
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=path.parent, prefix=f'.{path.name}.'))
+    try:
+        save_for_hf(model, tmp, model_config={EMA_FLAG: ema}, model_args=definition['model_args'],
+                    safe_serialization=True)
+        _replace_folder(tmp, path)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def convert_checkpoint(src: PathLike, dst: PathLike, ema: bool = False) -> str:
+    """Convert any checkpoint of ours or the release's (or a timm folder) to ``.pth``, ``.safetensors`` or,
+    for a destination without a suffix, a timm hub folder; returns what it holds.
+
+    Runner checkpoints (raw or ``ema``) give the weights of their timm model; the definition is kept. A
+    file that records no definition (the release's) becomes, as a folder, the release's hybrid model.
     """
-    state_dict, definition = Checkpoint.read(src).model_weights(ema)
-    save_state_dict(state_dict, dst, {k: v for k, v in definition.items() if k != 'module'} if definition else None)
+    state_dict, recorded = Checkpoint.read(src).model_weights(ema)
+    definition = {k: v for k, v in recorded.items() if k != 'module'} if recorded else None
+    if Path(dst).suffix:
+        save_state_dict(state_dict, dst, definition)
+    else:
+        if recorded and recorded['module'].startswith('backbone'):
+            raise CheckpointError(f'{src} is a dense-task run: it holds a backbone, not the classification model a '
+                                  f'timm folder holds; convert it to .safetensors or .pth for a backbone init_cfg')
+        if definition is None:
+            try:
+                definition = _release_definition(state_dict)
+            except CheckpointError as e:
+                raise CheckpointError(f'{src} records no model definition and {e}; a timm folder needs the '
+                                      f'model: convert a checkpoint this project wrote (it records its model)') from None
+        save_timm_folder(state_dict, definition, dst, ema)
     try:
         described = name_architecture(describe_architecture(state_dict))
     except CheckpointError:  # another family (NaLa-Swin): its definition says what it is
         described = f'{len(state_dict)} tensors'
-    return f'{_describe(definition)}, {described}' if definition else described
+    if definition is None:
+        return described
+    return f'{_describe(definition["architecture"], definition["model_args"])}, {described}'

@@ -199,7 +199,10 @@ def test_recorded_definition_round_trips_and_guards_loading(tmp_path, suffix):
     save_state_dict(trained.state_dict(), path, model_definition(trained))
     [recorded] = Checkpoint.read(path).definitions
     assert recorded['architecture'] == 'nalaformer_t'
-    assert recorded['model_args'] == {'attn_types': ['relu'] * 4, 'kernel_kwargs': [{'power': 3}] * 4}
+    # everything that rebuilds the model (timm's reconstruction arguments), the attention written out per stage
+    assert recorded['model_args'] == {**{k: list(v) if isinstance(v, tuple) else v for k, v in TINY.items()},
+                                      'in_chans': 3, 'global_pool': 'avg',
+                                      'attn_types': ['relu'] * 4, 'kernel_kwargs': [{'power': 3}] * 4}
 
     same = timm.create_model('nalaformer_t', pretrained=True, pretrained_cfg_overlay=dict(file=str(path)),
                              attn_types='relu', kernel_kwargs=dict(power=3), **TINY).eval()

@@ -274,6 +274,28 @@ def test_runner_checkpoints_convert_with_raw_or_ema_weights(relu_run, tmp_path):
 
 
 @pytest.mark.slow
+def test_runner_checkpoints_become_timm_folders_with_raw_or_ema_weights(relu_run, tiny_imagefolder, tmp_path):
+    """convert_checkpoint.py RUN.pth DIR [--ema]: timm rebuilds the run's model (its architecture and attention
+    from the folder alone) with exactly the raw or EMA weights, and tools/test.py evaluates the folder."""
+    import timm
+    checkpoint = torch.load(relu_run / 'epoch_2.pth', map_location='cpu', weights_only=True)
+    raw = {k[len('model.'):]: v for k, v in checkpoint['state_dict'].items()}
+    ema = {k[len('model.'):]: v for k, v in ema_of(checkpoint).items()}
+    for flag, want in (([], raw), (['--ema'], ema)):
+        run_tool('convert_checkpoint.py', relu_run / 'epoch_2.pth', tmp_path / f'folder{flag}', *flag)
+        model = timm.create_model(f'local-dir:{tmp_path / f"folder{flag}"}', pretrained=True, pretrained_ema=bool(flag))
+        assert model.attn_types == ('relu',) * 4 and model.num_classes == TINY_MODEL['num_classes']
+        assert model.state_dict().keys() == want.keys()
+        assert all(torch.equal(v, want[k]) for k, v in model.state_dict().items())
+    options = [*tiny_options(tiny_imagefolder), RELU]
+    by_folder = run_tool('test.py', CONFIG, tmp_path / "folder['--ema']", '--work-dir', tmp_path / 'a',
+                         '--cfg-options', *options)
+    by_flag = run_tool('test.py', CONFIG, relu_run / 'epoch_2.pth', '--ema', '--work-dir', tmp_path / 'b',
+                       '--cfg-options', *options)
+    assert eval(by_folder.stdout.strip().splitlines()[-1]) == eval(by_flag.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.slow
 def test_test_tool_ema_evaluates_exactly_the_ema_weights(relu_run, tiny_imagefolder, tmp_path):
     from nalaformer.checkpoint import Checkpoint, load_checkpoint_into
     from nalaformer.engine import TimmClassifier

@@ -6,12 +6,13 @@
 
 The checkpoint is read once, through nalaformer.checkpoint. Checkpoints written by tools/train.py
 load into the model they were written from; other weights (the release's .pth, .safetensors,
-converted files) go through the model's checkpoint filter, which rejects other variants. ``--ema``
+converted files, timm folders) go through the model's checkpoint filter, which rejects other variants. ``--ema``
 evaluates the checkpoint's EMA weights (an error if it has none). A checkpoint that records other
 ``attn_types`` / ``kernel_kwargs`` than the config's model fails, naming both, unless
 ``--accept-definition-change``.
 """
 import argparse
+import json
 import os.path as osp
 import sys
 
@@ -26,7 +27,8 @@ from nalaformer.engine.launch import ConfigError, build_runner, check_dataset_fi
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument('config', help='config file')
-    parser.add_argument('checkpoint', help='checkpoint (.pth from tools/train.py, the release\'s .pth, .safetensors)')
+    parser.add_argument('checkpoint', help='checkpoint (.pth from tools/train.py, the release\'s .pth, .safetensors, '
+                                           'a timm folder)')
     parser.add_argument('--work-dir', help='where logs go (default: work_dirs/<config name>)')
     parser.add_argument('--show-dir', help='write visualised predictions here (segmentation/detection)')
     parser.add_argument('--ema', action='store_true',
@@ -36,6 +38,7 @@ def parse_args(argv=None):
     parser.add_argument('--tta', action='store_true',
                         help="test-time augmentation with the config's tta_pipeline and tta_model "
                              '(segmentation: scales 0.5-1.75 and flips)')
+    parser.add_argument('--out-json', metavar='FILE', help='also write the metrics to FILE as JSON')
     parser.add_argument('--cfg-options', nargs='+', action=DictAction, help='override config keys: key=value ...')
     parser.add_argument('--launcher', choices=['none', 'pytorch', 'slurm', 'mpi'], default='none')
     parser.add_argument('--local-rank', '--local_rank', type=int, default=0)
@@ -45,7 +48,7 @@ def parse_args(argv=None):
 def main(argv=None):
     args = parse_args(argv)
     cfg = finalize_config(load_config(args.config, args.cfg_options), args.config, args.work_dir, args.launcher)
-    if not osp.isfile(args.checkpoint):
+    if not osp.exists(args.checkpoint):
         raise ConfigError(f'checkpoint {args.checkpoint} does not exist')
     checkpoint = Checkpoint.read(args.checkpoint)
     classification = cfg.model.get('type') == 'TimmClassifier'
@@ -74,6 +77,10 @@ def main(argv=None):
                          cfg_prefix='model.' if classification else 'model.backbone.')
     metrics = runner.test()
     print({k: round(float(v), 4) if isinstance(v, (float, np.floating)) else v for k, v in metrics.items()})
+    if args.out_json:
+        with open(args.out_json, 'w') as f:
+            json.dump({k: float(v) if isinstance(v, (float, np.floating)) else v for k, v in metrics.items()}, f,
+                      indent=1)
     return metrics
 
 

@@ -75,7 +75,7 @@ class NaLaBackbone(BaseModule):
         if not (self.init_cfg and self.init_cfg.get('type') == 'Pretrained'):
             return super().init_weights()
         path = self.init_cfg['checkpoint']
-        if not osp.isfile(path):
+        if not osp.exists(path):
             raise FileNotFoundError(
                 f'backbone checkpoint {path} does not exist: put ImageNet weights there (ours or the release\'s) or '
                 f'set --cfg-options model.backbone.init_cfg.checkpoint=PATH (model.backbone.init_cfg=None: no weights)')
