@@ -3,13 +3,20 @@
 #   mmcv 2.1.0 (built from source, with compiled ops), mmengine 0.10.7,
 #   mmdet 3.3.0, mmsegmentation 1.2.2 (+ ftfy, regex, pycocotools).
 #
-# Idempotent and cached: the ~25 min mmcv build happens once per torch version; its wheel
-# is kept in $NALAFORMER_CACHE/wheels. A re-run with everything in place takes seconds.
+# Idempotent and cached: the ~25 min mmcv build happens once per torch version and build kind; its
+# wheel is kept in $NALAFORMER_CACHE/wheels. A re-run with everything in place takes seconds.
+#
+# CPU or CUDA ops (nalaformer/mmcv_build.py decides, and says why): with nvcc for torch's CUDA major
+# version and a visible GPU (or MMCV_CUDA_ARCH), mmcv is built with CUDA ops for those architectures
+# (FORCE_CUDA=1, TORCH_CUDA_ARCH_LIST), cached per torch + CUDA version + architectures; otherwise with
+# CPU ops, and the log says what a GPU detection run would need. The verify step runs the ops on the
+# device they were built for.
 #
 # Environment:
 #   PYTHON            interpreter to install into (default: python3)
 #   NALAFORMER_CACHE  cache root (default: ~/.cache/nalaformer)
 #   MAX_JOBS          parallel compile jobs for the mmcv build (default: 2)
+#   MMCV_CUDA_ARCH    CUDA architectures to build for, e.g. '8.0;9.0' (default: the visible GPUs')
 #   MMCV_FORCE_REBUILD=1  ignore a cached wheel / installed mmcv and build again
 set -euo pipefail
 
@@ -41,9 +48,15 @@ read -r PY_EXE TORCH_VERSION PY_TAG < <("$PYTHON" -c \
     'import sys, torch; print(sys.executable, torch.__version__, "cp%d%d" % sys.version_info[:2])')
 log "python: $PY_EXE (torch $TORCH_VERSION)"
 
-# The compiled ops are tied to the torch ABI, so cached wheels are keyed by torch version.
-# The build is CPU-only (see build_mmcv), hence the suffix.
-WHEEL_DIR=$CACHE_ROOT/wheels/torch-$TORCH_VERSION-$PY_TAG-cpu
+# CPU or CUDA ops: MMCV_BUILD, FORCE_CUDA, TORCH_CUDA_ARCH_LIST, MMCV_CACHE_TAG, MMCV_PLAN_NOTE.
+# (Run as a file: only the standard library and torch are needed, not the installed package.)
+PLAN=$("$PYTHON" "$(dirname "$0")/../nalaformer/mmcv_build.py" plan) || die "could not decide the mmcv build"
+eval "$PLAN"
+export MMCV_BUILD
+log "mmcv build: $MMCV_PLAN_NOTE"
+
+# The compiled ops are tied to the torch ABI (and CUDA version and architectures), hence the key.
+WHEEL_DIR=$CACHE_ROOT/wheels/torch-$TORCH_VERSION-$PY_TAG-$MMCV_CACHE_TAG
 SDIST_DIR=$CACHE_ROOT/sdist
 mkdir -p "$WHEEL_DIR" "$SDIST_DIR"
 
@@ -76,6 +89,16 @@ out = RoIAlign((2, 2), spatial_scale=1.0, sampling_ratio=2, aligned=True)(feat, 
 ref = torchvision.ops.roi_align(feat, rois, (2, 2), spatial_scale=1.0, sampling_ratio=2, aligned=True)
 assert out.shape == (2, 3, 2, 2) and torch.allclose(out, ref), 'RoIAlign disagrees with torchvision'
 
+import os
+from mmcv.ops import get_compiling_cuda_version
+if os.environ.get('MMCV_BUILD') == 'cuda':  # the ops on the device they were built for
+    assert get_compiling_cuda_version() != 'not available', 'mmcv was meant to have CUDA ops but has CPU ops only'
+    if torch.cuda.is_available():
+        _, keep = nms(boxes.cuda(), scores.cuda(), iou_threshold=0.5)
+        assert keep.tolist() == [0, 2], f'CUDA nms kept {keep.tolist()}'
+        out = RoIAlign((2, 2), spatial_scale=1.0, sampling_ratio=2, aligned=True)(feat.cuda(), rois.cuda())
+        assert torch.allclose(out.cpu(), ref, atol=1e-5), 'CUDA RoIAlign disagrees with torchvision'
+
 from packaging.version import Version
 setuptools_version = md.version('setuptools')
 assert Version('77.0.3') <= Version(setuptools_version) < Version('81'), \
@@ -98,8 +121,11 @@ all_installed() {
        && $(installed_version mmdet) == 3.3.0 && $(installed_version mmsegmentation) == 1.2.2 ]]
 }
 
-mmcv_ops_work() {
-    [[ $(installed_version mmcv) == "$MMCV_VERSION" ]] && "$PYTHON" -c 'from mmcv.ops import nms, RoIAlign' 2>/dev/null
+mmcv_ops_work() {  # the installed mmcv has the ops of the planned kind
+    [[ $(installed_version mmcv) == "$MMCV_VERSION" ]] && "$PYTHON" -c '
+import os, sys
+from mmcv.ops import RoIAlign, get_compiling_cuda_version, nms
+sys.exit(os.environ["MMCV_BUILD"] == "cuda" and get_compiling_cuda_version() == "not available")' 2>/dev/null
 }
 
 build_mmcv() {
@@ -143,12 +169,16 @@ EOF
     done
     [[ -x $tmp/bin/c++ ]] || die "no C++ compiler found (apt-get install g++)"
 
-    log "building mmcv $MMCV_VERSION with ops (MAX_JOBS=$MAX_JOBS; ~25 min on 2 cores)"
-    # CUDA_VISIBLE_DEVICES='' keeps the build CPU-only (no nvcc needed) even on a GPU machine.
+    log "building mmcv $MMCV_VERSION with $MMCV_BUILD ops (MAX_JOBS=$MAX_JOBS; ~25 min on 2 cores for CPU ops)"
+    # A CPU build hides the GPUs (CUDA_VISIBLE_DEVICES=''), so mmcv's setup.py never tries nvcc.
+    local device_env=(FORCE_CUDA=0 CUDA_VISIBLE_DEVICES=)
+    if [[ $MMCV_BUILD == cuda ]]; then
+        device_env=(FORCE_CUDA=1 "TORCH_CUDA_ARCH_LIST=$TORCH_CUDA_ARCH_LIST")
+    fi
     (
         cd "$tmp"
-        PATH="$tmp/bin:$venv/bin:$PATH" CXX="$tmp/bin/c++" CC="$tmp/bin/gcc" \
-        MMCV_WITH_OPS=1 FORCE_CUDA=0 CUDA_VISIBLE_DEVICES='' MAX_JOBS=$MAX_JOBS \
+        env PATH="$tmp/bin:$venv/bin:$PATH" CXX="$tmp/bin/c++" CC="$tmp/bin/gcc" \
+            MMCV_WITH_OPS=1 "${device_env[@]}" MAX_JOBS="$MAX_JOBS" \
             "$venv/bin/python" -m pip wheel -v --disable-pip-version-check \
             --no-build-isolation --no-deps "$sdist" -w "$tmp/wheel"
     ) || die "mmcv build failed (log above)"
@@ -203,4 +233,5 @@ rm -f "$CONSTRAINTS"
 
 log "verifying"
 verify || die "OpenMMLab stack is installed but does not work (see the traceback above)"
+[[ $MMCV_BUILD == cuda ]] || log "note: $MMCV_PLAN_NOTE"
 log "done in $(( SECONDS - START ))s"

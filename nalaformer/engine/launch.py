@@ -14,6 +14,7 @@ from mmengine.logging import print_log
 from mmengine.registry import RUNNERS
 from mmengine.runner import Runner
 
+from ..mmcv_build import MmcvOpsError, check_mmcv_ops
 from .data import LAYOUT as IMAGE_FOLDER_LAYOUT
 
 
@@ -56,7 +57,12 @@ def load_config(path: str, cfg_options: Optional[dict] = None) -> Config:
 
 
 def finalize_config(cfg: Config, config_path: str, work_dir: Optional[str], launcher: str) -> Config:
-    """Work dir default (work_dirs/<config name>), launcher, and a gloo backend when there is no GPU."""
+    """Work dir default (work_dirs/<config name>), launcher, and a gloo backend when there is no GPU; stops
+    a GPU run that would need mmcv CUDA ops the installed mmcv lacks."""
+    try:
+        check_mmcv_ops(cfg)
+    except MmcvOpsError as e:
+        raise ConfigError(str(e)) from None
     cfg.launcher = launcher
     if work_dir is not None:
         cfg.work_dir = work_dir
