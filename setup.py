@@ -21,6 +21,8 @@ setup(
     extras_require={
         'train': ['mmengine>=0.10,<1.0', 'tensorboard', 'matplotlib'],
         'wandb': ['wandb'],
+        # tools/deployment/export_onnx.py: torch's exporter (onnxscript) and the ONNX Runtime check
+        'export': ['onnx>=1.16', 'onnxruntime>=1.18', 'onnxscript>=0.2'],
     },
     license='Apache-2.0',
 )

@@ -86,8 +86,8 @@ def build_plan(tc: Toolchain) -> BuildPlan:
         return BuildPlan(False, None, cpu, f'CPU ops: nvcc {tc.nvcc} is CUDA {tc.nvcc_cuda or "unknown"}, torch was '
                                            f'built with CUDA {tc.torch_cuda} (the major versions must match); {get_it}')
     if not gpu_wanted:
-        return BuildPlan(False, None, cpu, f'CPU ops: nvcc found but no GPU is visible; set MMCV_CUDA_ARCH (e.g. 9.0 '
-                                           f'for H100/H200) to build CUDA ops for a GPU of another machine')
+        return BuildPlan(False, None, cpu, 'CPU ops: nvcc found but no GPU is visible; set MMCV_CUDA_ARCH (e.g. 9.0 '
+                                           'for H100/H200) to build CUDA ops for a GPU of another machine')
     arch_list = tc.arch_override or ';'.join(f'{major}.{minor}' for major, minor in tc.capabilities)
     archs = re.sub(r'[^0-9;]', '', arch_list).replace(';', '-')
     tag = f'cu{tc.torch_cuda.replace(".", "")}-sm{archs}'

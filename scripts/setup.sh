@@ -21,6 +21,9 @@ log "core requirements into $("$PYTHON" -c 'import sys; print(sys.executable)')"
 "$PYTHON" -m pip install --quiet --disable-pip-version-check -r requirements.txt
 "$PYTHON" -m pip install --quiet --disable-pip-version-check --no-deps --no-build-isolation -e .
 
+log "ONNX export extra (onnx, onnxruntime, onnxscript)"
+"$PYTHON" -m pip install --quiet --disable-pip-version-check --no-build-isolation -e ".[export]"
+
 if [ "${SKIP_OPENMMLAB:-0}" != 1 ]; then
     bash scripts/install_openmmlab.sh
 fi

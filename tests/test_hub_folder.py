@@ -22,6 +22,7 @@ MODELS = {
     'hybrid': ('nalaformer_t', TINY),
     'all-nala': ('nalaformer_t', dict(TINY, attn_types='nala')),
     'nala_cos-alpha5': ('nalaformer_t', dict(TINY, attn_types='nala_cos', kernel_kwargs=dict(alpha=5.))),
+    'attention-only': ('nalaformer_t', dict(TINY, attn_types='softmax', conv_mixers=False)),
     'swin': ('nala_swin_tiny', SWIN),
     'swin-relu': ('nala_swin_tiny', dict(SWIN, attn_types=('relu', 'relu', 'shifted_window', 'shifted_window'))),
 }

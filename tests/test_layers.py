@@ -60,3 +60,24 @@ def test_depthwise_conv_keeps_a_channels_last_input_channels_last():
     assert out.is_contiguous(memory_format=torch.channels_last)
     torch.testing.assert_close(out, F.conv2d(x.contiguous(), conv.weight, conv.bias, padding=2, groups=32))
     assert conv.weight.is_contiguous()  # the parameter itself is untouched
+
+
+@pytest.mark.parametrize('conv_mixers', [True, False])
+def test_without_conv_mixers_tokens_interact_only_through_attention(conv_mixers):
+    """With the attention branch switched off (LayerScale 0), a block without its convolutional mixers is
+    per-token: an output token depends on its own input token only; with them, on its neighbours too."""
+    from nalaformer.models.layers import NaLaBlock
+    from nalaformer.ops.nala import rope_angles, rope_table
+    torch.manual_seed(0)
+    block = NaLaBlock(16, 2, 2., 'nala', conv_mixers=conv_mixers).double()
+    names = {name.split('.')[-2] if name.endswith('weight') else '' for name, _ in block.named_parameters()}
+    assert ({'cpe1', 'cpe2', 'lepe', 'dwconv'} <= names) == conv_mixers
+    with torch.no_grad():
+        block.gamma_1.zero_()
+    x = torch.randn(1, 16, 5, 6, dtype=torch.double, requires_grad=True)
+    rope = rope_table(rope_angles(8, device=x.device), 5, 6).double()
+    block(x, rope)[0, :, 2, 3].sum().backward()
+    others = x.grad[0].abs().sum(0)
+    own = others[2, 3].item()
+    others[2, 3] = 0
+    assert own > 0 and (others.max().item() > 0) == conv_mixers

@@ -68,13 +68,14 @@ class NaLaAttention(nn.Module):
     Args:
         dim: channels C. num_heads: heads (head dim C / heads must be divisible by 4 for RoPE).
         attn_type: kernel name. kernel_kwargs: extra arguments of the kernel (e.g. alpha).
+        lepe: False drops LePE, so the kernel is the only way tokens interact.
 
     ``forward(x, rope=None)``: x (B, C, H, W) -> (B, C, H, W). ``rope`` is the (2, H*W, C/heads)
     table of :func:`rope_table`; when None it is computed for this x's H, W.
     """
 
     def __init__(self, dim: int, num_heads: int, attn_type: str = 'nala', kernel_kwargs: Optional[dict] = None,
-                 device=None, dtype=None):
+                 lepe: bool = True, device=None, dtype=None):
         super().__init__()
         if dim % num_heads:
             raise ValueError(f'dim {dim} is not divisible by num_heads {num_heads}')
@@ -83,7 +84,7 @@ class NaLaAttention(nn.Module):
         self.head_dim = dim // num_heads
         self.qkvg = nn.Linear(dim, dim * 4, **dd)
         self.act = nn.SiLU()
-        self.lepe = depthwise_conv(dim, 5, **dd)
+        self.lepe = depthwise_conv(dim, 5, **dd) if lepe else None
         self.out_proj = nn.Linear(dim, dim, **dd)
         self.ln = nn.LayerNorm(dim, **dd)
         self.kernel = build_attention_kernel(attn_type, **(kernel_kwargs or {}))
@@ -97,9 +98,10 @@ class NaLaAttention(nn.Module):
         if rope is None:
             rope = rope_table(rope_angles(self.head_dim, device=x.device), H, W)
         q, k, v, g = self.qkvg(x.flatten(2).transpose(1, 2)).chunk(4, dim=-1)
-        lepe = self.lepe(v.contiguous().transpose(1, 2).reshape(B, C, H, W)).flatten(2).transpose(1, 2)
         y = self.kernel(self.split_heads(q), self.split_heads(k), self.split_heads(v), rope, grid=(H, W))
-        y = y.transpose(1, 2).flatten(2).to(lepe.dtype) + lepe
+        y = y.transpose(1, 2).flatten(2).to(v.dtype)
+        if self.lepe is not None:
+            y = y + self.lepe(v.contiguous().transpose(1, 2).reshape(B, C, H, W)).flatten(2).transpose(1, 2)
         out = self.out_proj(self.ln(y) * self.act(g))
         return out.transpose(1, 2).reshape(B, C, H, W)
 
@@ -131,21 +133,24 @@ class _GeluConvResidual(torch.autograd.Function):
 
 @register_notrace_module  # _GeluConvResidual is opaque to torch.fx: a leaf
 class ConvFFN(nn.Module):
-    """fc1 -> GELU -> (3x3 depthwise conv + residual) -> fc2 on a (B, C, H, W) map.
+    """fc1 -> GELU -> (3x3 depthwise conv + residual) -> fc2 on a (B, C, H, W) map; ``conv=False``: a plain
+    per-token MLP (no depthwise conv).
 
     In training the GELU output is recomputed in backward (:class:`_GeluConvResidual`) instead of stored.
     """
 
-    def __init__(self, dim: int, hidden_dim: int, device=None, dtype=None):
+    def __init__(self, dim: int, hidden_dim: int, conv: bool = True, device=None, dtype=None):
         super().__init__()
         dd = dict(device=device, dtype=dtype)
         self.act = nn.GELU()
         self.fc1 = nn.Linear(dim, hidden_dim, **dd)
         self.fc2 = nn.Linear(hidden_dim, dim, **dd)
-        self.dwconv = depthwise_conv(hidden_dim, 3, **dd)
+        self.dwconv = depthwise_conv(hidden_dim, 3, **dd) if conv else None
 
     def mix(self, a: torch.Tensor) -> torch.Tensor:
         """GELU(a) + dwconv(GELU(a)) for the hidden map a (B, hidden, H, W)."""
+        if self.dwconv is None:
+            return self.act(a)
         if not torch.jit.is_scripting():
             if torch.is_grad_enabled():
                 return _GeluConvResidual.apply(a, self.dwconv.weight, self.dwconv.bias, self.dwconv.padding[0])
@@ -162,11 +167,13 @@ class NaLaBlock(nn.Module):
     """x += cpe1(x); x += gamma_1 attn(LN(x)); x += cpe2(x); x += gamma_2 ffn(LN(x)).
 
     ``layer_scale_init_value=None`` drops the LayerScale parameters (gamma_1, gamma_2).
+    ``conv_mixers=False`` drops the convolutional token mixers (cpe1, cpe2, the attention's LePE, the FFN's
+    depthwise conv): attention is then the only way tokens interact.
     """
 
     def __init__(self, dim: int, num_heads: int, mlp_ratio: float, attn_type: str = 'nala',
                  kernel_kwargs: Optional[dict] = None, drop_path: float = 0.,
-                 layer_scale_init_value: Optional[float] = 1.0, device=None, dtype=None):
+                 layer_scale_init_value: Optional[float] = 1.0, conv_mixers: bool = True, device=None, dtype=None):
         super().__init__()
         dd = dict(device=device, dtype=dtype)
         if layer_scale_init_value is None:
@@ -176,20 +183,22 @@ class NaLaBlock(nn.Module):
             self.gamma_1 = nn.Parameter(torch.full((1, dim, 1, 1), float(layer_scale_init_value), **dd))
             self.gamma_2 = nn.Parameter(torch.full((1, dim, 1, 1), float(layer_scale_init_value), **dd))
         self.norm1 = LayerNorm2d(dim, **dd)
-        self.attn = NaLaAttention(dim, num_heads, attn_type, kernel_kwargs, **dd)
+        self.attn = NaLaAttention(dim, num_heads, attn_type, kernel_kwargs, lepe=conv_mixers, **dd)
         self.drop_path = DropPath(drop_path) if drop_path > 0. else nn.Identity()
         self.norm2 = LayerNorm2d(dim, **dd)
-        self.ffn = ConvFFN(dim, int(mlp_ratio * dim), **dd)
-        self.cpe1 = depthwise_conv(dim, 3, **dd)
-        self.cpe2 = depthwise_conv(dim, 3, **dd)
+        self.ffn = ConvFFN(dim, int(mlp_ratio * dim), conv=conv_mixers, **dd)
+        self.cpe1 = depthwise_conv(dim, 3, **dd) if conv_mixers else None
+        self.cpe2 = depthwise_conv(dim, 3, **dd) if conv_mixers else None
 
     def forward(self, x: torch.Tensor, rope: torch.Tensor) -> torch.Tensor:
-        x = x + self.cpe1(x)
+        if self.cpe1 is not None:
+            x = x + self.cpe1(x)
         y = self.attn(self.norm1(x), rope)
         if self.gamma_1 is not None:
             y = self.gamma_1 * y
         x = x + self.drop_path(y)
-        x = x + self.cpe2(x)
+        if self.cpe2 is not None:
+            x = x + self.cpe2(x)
         y = self.ffn(self.norm2(x))
         if self.gamma_2 is not None:
             y = self.gamma_2 * y
@@ -233,14 +242,15 @@ class NaLaStage(nn.Module):
     def __init__(self, dim: int, depth: int, num_heads: int, mlp_ratio: float, attn_type: str,
                  out_dim: Optional[int] = None, drop_path: Sequence[float] = (),
                  layer_scale_init_value: Optional[float] = 1.0, kernel_kwargs: Optional[dict] = None,
-                 device=None, dtype=None):
+                 conv_mixers: bool = True, device=None, dtype=None):
         super().__init__()
         dd = dict(device=device, dtype=dtype)
         self.grad_checkpointing = False
         self.RoPE = StageRoPE(dim // num_heads, device=device)
         drop_path = list(drop_path) or [0.] * depth
         self.blocks = nn.ModuleList([
-            NaLaBlock(dim, num_heads, mlp_ratio, attn_type, kernel_kwargs, drop_path[i], layer_scale_init_value, **dd)
+            NaLaBlock(dim, num_heads, mlp_ratio, attn_type, kernel_kwargs, drop_path[i], layer_scale_init_value,
+                      conv_mixers, **dd)
             for i in range(depth)])
         self.downsample = Downsample(dim, out_dim, **dd) if out_dim is not None else None
 

@@ -72,6 +72,9 @@ class NaLaFormer(nn.Module):
             ``attn_types=('nala_cos', 'nala_cos', 'softmax', 'softmax')``.
         layer_scale_init_values: per-stage LayerScale init (None, or None entries, disables it).
         head_hidden_size: width of the per-token projection before the classifier (1024).
+        conv_mixers: False removes the convolutional token mixing of every block (CPE, LePE, the FFN's
+            depthwise conv), so that attention is the only way tokens interact (a study variant; the
+            stem and the downsampling convolutions stay).
         drop_rate: dropout before the classifier. drop_path_rate: stochastic depth, linear over blocks.
 
     Shapes: ``forward_features`` (B, in_chans, H, W) -> (B, embed_dims[-1], H/32, W/32) (convs round
@@ -93,6 +96,7 @@ class NaLaFormer(nn.Module):
             kernel_kwargs: Union[None, Mapping, Sequence[Optional[Mapping]]] = None,
             layer_scale_init_values: Union[None, float, Sequence[Optional[float]]] = 1.,
             head_hidden_size: int = 1024,
+            conv_mixers: bool = True,
             drop_rate: float = 0.,
             drop_path_rate: float = 0.,
             device=None,
@@ -125,7 +129,7 @@ class NaLaFormer(nn.Module):
                 out_dim=embed_dims[i + 1] if i + 1 < num_stages else None,
                 drop_path=dpr[i],
                 layer_scale_init_value=layer_scale_init_values[i],
-                kernel_kwargs=kernel_kwargs[i], **dd))
+                kernel_kwargs=kernel_kwargs[i], conv_mixers=conv_mixers, **dd))
             self.feature_info.append(dict(num_chs=embed_dims[i], reduction=4 * 2 ** i, module=f'layers.{i}'))
 
         # Head as released: per-token Linear -> BatchNorm -> Swish -> pool -> 1x1 conv classifier.
