@@ -30,7 +30,6 @@ import logging
 import os
 import pickle
 import re
-import shutil
 import tempfile
 import zipfile
 from pathlib import Path
@@ -39,6 +38,7 @@ from typing import Dict, Iterator, List, Optional, Sequence, Tuple, Union
 import torch
 import torch.nn as nn
 
+from .files import atomic_folder
 from .ops.nala import kernel_function
 
 __all__ = [
@@ -584,17 +584,6 @@ def _release_definition(state_dict: StateDict) -> dict:
     return dict(architecture=variant or 'nalaformer_t', model_args=_plain(args))
 
 
-def _replace_folder(new: Path, path: Path) -> None:
-    """Move the finished folder ``new`` to ``path``, replacing a folder there only once ``new`` is complete."""
-    if not path.exists():
-        os.replace(new, path)
-        return
-    old = Path(tempfile.mkdtemp(dir=path.parent, prefix=f'.{path.name}.old.'))
-    os.replace(path, old / path.name)
-    os.replace(new, path)
-    shutil.rmtree(old)
-
-
 def save_timm_folder(state_dict: StateDict, definition: dict, path: PathLike, ema: bool = False) -> None:
     """Write a timm hub folder (``timm.models.save_for_hf``: config.json + model.safetensors) of the model
     ``definition`` describes, holding ``state_dict``; ``timm.create_model('local-dir:PATH', pretrained=True)``
@@ -619,14 +608,9 @@ def save_timm_folder(state_dict: StateDict, definition: dict, path: PathLike, em
     if result.unexpected_keys:
         raise CheckpointError(f'the weights have tensors {definition["architecture"]} lacks: '
                               f'{result.unexpected_keys[:5]}')
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=path.parent, prefix=f'.{path.name}.'))
-    try:
+    with atomic_folder(path) as tmp:
         save_for_hf(model, tmp, model_config={EMA_FLAG: ema}, model_args=definition['model_args'],
                     safe_serialization=True)
-        _replace_folder(tmp, path)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def convert_checkpoint(src: PathLike, dst: PathLike, ema: bool = False) -> str:

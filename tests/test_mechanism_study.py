@@ -120,3 +120,18 @@ def test_mechanism_study_ci_size(tmp_path):
     again = {r['kernel']: r for r in json.loads(Path(f'{out}.json').read_text())['runs']}['relu']
     assert again['top1'] == pytest.approx(runs['relu']['top1'], abs=1e-6)
     assert again['stages'][0]['spearman'] == pytest.approx(runs['relu']['stages'][0]['spearman'], abs=1e-6)
+
+
+def test_brightest_of_four_mosaics_have_one_bright_item(tmp_path):
+    """The harder task: four items per 32x32 mosaic, one at full contrast (the label), three dimmed."""
+    import numpy as np
+    from PIL import Image
+
+    from nalaformer.datasets import CLASSES, write_brightest_of_four
+    written = write_brightest_of_four(tmp_path / 'mosaics', train_per_class=3, val_per_class=2)
+    assert written == {'train': 3 * len(CLASSES), 'val': 2 * len(CLASSES)}
+    for path in (tmp_path / 'mosaics' / 'train').glob('*/*.png'):
+        image = np.asarray(Image.open(path), dtype=np.float32)
+        assert image.shape == (32, 32)
+        brightest = sorted(image[r:r + 16, c:c + 16].max() for r in (0, 16) for c in (0, 16))
+        assert brightest[-1] > brightest[-2]  # the labelled item stands out

@@ -15,10 +15,6 @@ computes (with :mod:`nalaformer.analysis.entropy`: exact, RoPE off, the kernel's
 cells a tie when their means differ by less than the larger of their standard deviations.
 """
 import math
-import os
-import shutil
-import tempfile
-from pathlib import Path
 from typing import Dict, Iterable, List, Optional, Sequence
 
 import torch
@@ -26,8 +22,7 @@ import torch.nn as nn
 
 from .entropy import attention_entropy, capture_qk, norm_sweep, pearson, spearman
 
-__all__ = ['STUDY_KERNELS', 'ABLATION_CHAIN', 'measure_stages', 'summarise', 'compare', 'sweep_norms',
-           'write_brightest_of_four']
+__all__ = ['STUDY_KERNELS', 'ABLATION_CHAIN', 'measure_stages', 'summarise', 'compare', 'sweep_norms']
 
 # The issue's kernels, in the paper's order: softmax, the kernel linear attentions that lose the norm,
 # then the ablation ReLU split + constant power -> + cosine inhibit -> + norm-aware power (NaLa).
@@ -119,56 +114,3 @@ def compare(a: Dict, b: Dict) -> str:
     if abs(a['mean'] - b['mean']) < max(a['std'], b['std']):
         return 'tie'
     return '>' if a['mean'] > b['mean'] else '<'
-
-
-def write_brightest_of_four(out, src: Optional[str] = None, train_per_class: int = 600,
-                            val_per_class: Optional[int] = 1000, seed: int = 0,
-                            dim: Sequence[float] = (0.3, 0.55)) -> Dict[str, int]:
-    """A harder real-pixel task built from Fashion-MNIST: a 2x2 mosaic (32x32) of four items (16x16 each,
-    random classes and places); one is shown at full contrast, the other three dimmed to a random
-    ``dim`` fraction; the label is the class of the bright one.
-
-    Which item counts depends on a comparison over the whole image, so the model has to select one
-    region and ignore the others (a sharp, content-dependent pooling: what attention provides) rather
-    than average all the items' features. Training mosaics use the train split, val ones the test
-    split. Same ``out/{train,val}/<class>/*.png`` layout as :func:`nalaformer.datasets.write_imagefolder`.
-    """
-    import numpy as np
-    from PIL import Image
-
-    from ..datasets import CLASSES, read_fashion_mnist
-    from ..datasets.fashion_mnist import DEFAULT_SRC
-
-    out = Path(out)
-    rng = np.random.default_rng(seed)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f'.{out.name}.'))
-    written = {}
-    try:
-        for split, source, per_class in (('train', 'train', train_per_class), ('val', 'test', val_per_class)):
-            images, labels = read_fashion_mnist(src or DEFAULT_SRC, source)
-            small = np.asarray([np.asarray(Image.fromarray(im).resize((16, 16), Image.BILINEAR)) for im in images],
-                               dtype=np.float32)
-            per_class = per_class or int(np.bincount(labels).min())
-            count = 0
-            for c, name in enumerate(CLASSES):
-                (tmp / split / name).mkdir(parents=True)
-                targets = rng.choice(np.flatnonzero(labels == c), per_class, replace=per_class > (labels == c).sum())
-                for j, target in enumerate(targets):
-                    items = np.concatenate([[target], rng.integers(0, len(images), 3)])
-                    scale = np.concatenate([[1.0], rng.uniform(*dim, 3)])
-                    order = rng.permutation(4)
-                    canvas = np.zeros((32, 32), dtype=np.float32)
-                    for slot, i in enumerate(order):
-                        r, col = divmod(slot, 2)
-                        canvas[16 * r:16 * r + 16, 16 * col:16 * col + 16] = small[items[i]] * scale[i]
-                    Image.fromarray(canvas.round().clip(0, 255).astype(np.uint8)).save(
-                        tmp / split / name / f'{j:05d}.png')
-                    count += 1
-            written[split] = count
-        if out.exists():
-            shutil.rmtree(out)
-        os.replace(tmp, out)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    return written

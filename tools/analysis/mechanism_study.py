@@ -48,6 +48,7 @@ import torch
 from nalaformer.analysis.images import load_images
 from nalaformer.analysis.mechanism import ABLATION_CHAIN, STUDY_KERNELS, compare, measure_stages, summarise, sweep_norms
 from nalaformer.analysis.models import create_model, parse_model_spec
+from nalaformer.datasets import write_brightest_of_four, write_imagefolder
 
 ROOT = Path(__file__).resolve().parents[2]
 MEASURING = threading.Lock()
@@ -66,7 +67,7 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     parser.add_argument('--task', default='fashion-mnist', choices=TASKS,
                         help='fashion-mnist: the items themselves; brightest-of-four: a 2x2 mosaic of items, the '
                              'label is the class of the one not dimmed '
-                             '(nalaformer.analysis.mechanism.write_brightest_of_four)')
+                             '(nalaformer.datasets.write_brightest_of_four)')
     parser.add_argument('--kernels', nargs='+', default=list(STUDY_KERNELS), choices=STUDY_KERNELS)
     parser.add_argument('--seeds', type=int, nargs='+', default=[0, 1, 2, 3, 4])
     parser.add_argument('--conv-mixers', nargs='+', default=['off', 'on'], choices=list(MIXERS),
@@ -110,12 +111,9 @@ def run_dir(args: argparse.Namespace, mixers: str, kernel: str, seed: int) -> Pa
 def prepare_data(args: argparse.Namespace) -> None:
     if (args.data / 'train').is_dir() and (args.data / 'val').is_dir():
         return
-    from nalaformer.analysis.mechanism import write_brightest_of_four
-    from nalaformer.datasets import write_imagefolder
     kwargs = dict(src=str(args.src)) if args.src else {}
     write = write_imagefolder if args.task == 'fashion-mnist' else write_brightest_of_four
-    written = write(args.data, train_per_class=args.train_per_class, val_per_class=args.val_per_class,
-                                **kwargs)
+    written = write(args.data, train_per_class=args.train_per_class, val_per_class=args.val_per_class, **kwargs)
     print(f'data: {written} images written to {args.data}', flush=True)
 
 
