@@ -34,6 +34,12 @@ def step(title: str, *command) -> None:
         sys.exit(f'quick start stopped: the step "{title}" failed (exit code {code}); its output is above')
 
 
+def is_prepared(data: Path) -> bool:
+    """``data`` holds the quick start's ImageFolder copy (an older or partial copy is written again)."""
+    return (sum(1 for _ in data.glob('train/*/*.png')) == TRAIN_PER_CLASS * 10
+            and sum(1 for _ in data.glob('val/*/*.png')) == 10_000)
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument('--work-dir', type=Path, default=ROOT / 'work_dirs' / 'quick_start')
@@ -45,7 +51,7 @@ def main(argv=None) -> int:
     work, data = args.work_dir.resolve(), args.data.resolve()
     python = sys.executable
 
-    if not (data / 'train').is_dir() or not (data / 'val').is_dir():
+    if not is_prepared(data):
         step('prepare the data', python, ROOT / 'tools' / 'dataset_converters' / 'fashion_mnist_to_imagefolder.py',
              data, '--train-per-class', TRAIN_PER_CLASS, *(['--src', args.src] if args.src else []))
     roots = [f'{loader}.dataset.data_root={data}' for loader in ('train_dataloader', 'val_dataloader', 'test_dataloader')]
