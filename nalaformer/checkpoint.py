@@ -298,12 +298,12 @@ def model_definitions(model: nn.Module) -> List[dict]:
     return [dict(model_definition(module), module=name) for name, module in definition_modules(model)]
 
 
-def _definition_args(model_args: dict, model: nn.Module) -> dict:
-    """The ``definition_args`` of ``model`` out of recorded ``model_args``; one left out (a folder written
-    for a default model) is the model class's default."""
-    defaults = inspect.signature(type(model)).parameters
+def _definition_args(model_args: dict, model_cls: type) -> dict:
+    """The ``definition_args`` of ``model_cls`` out of recorded ``model_args``; one left out (a folder written
+    for a default model) is the class's default."""
+    defaults = inspect.signature(model_cls).parameters
     return {name: _plain(model_args[name] if name in model_args else defaults[name].default)
-            for name in model.definition_args}
+            for name in model_cls.definition_args}
 
 
 def _function(model_args: dict) -> dict:
@@ -343,7 +343,7 @@ def check_definition(recorded: Optional[dict], model: nn.Module, accept: bool = 
     """
     if recorded is None:
         return
-    theirs = _definition_args(recorded['model_args'], model)
+    theirs = _definition_args(recorded['model_args'], type(model))
     own = {name: _plain(getattr(model, name)) for name in model.definition_args}
     if _function(theirs) == _function(own):
         return
@@ -579,8 +579,7 @@ def _release_definition(state_dict: StateDict) -> dict:
     args['num_classes'] = state_dict['head.weight'].shape[0] if 'head.weight' in state_dict else 0
     if not any('.gamma_1' in k for k in state_dict):
         args['layer_scale_init_values'] = None
-    defaults = inspect.signature(NaLaFormer).parameters
-    args.update({name: _plain(defaults[name].default) for name in NaLaFormer.definition_args})
+    args.update(_definition_args({}, NaLaFormer))  # the release's hybrid, written out
     return dict(architecture=variant or 'nalaformer_t', model_args=_plain(args))
 
 

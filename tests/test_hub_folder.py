@@ -32,6 +32,13 @@ def convert(src, dst, *flags):
     assert CONVERT([str(src), str(dst), *flags]) == 0
 
 
+def folder_of(model, tmp_path, source='m.pth'):
+    """``model`` saved with its definition as ``source``, then converted to a timm folder; the folder."""
+    save_state_dict(model.state_dict(), tmp_path / source, model_definition(model))
+    convert(tmp_path / source, tmp_path / 'folder')
+    return tmp_path / 'folder'
+
+
 def trained_like(arch, kwargs, seed=0):
     """A model whose BatchNorm statistics are not the init values (so eval logits depend on them too)."""
     torch.manual_seed(seed)
@@ -52,8 +59,7 @@ def logits(model, x):
 def test_folder_rebuilds_the_same_model_with_the_same_weights(name, tmp_path):
     arch, kwargs = MODELS[name]
     model = trained_like(arch, kwargs)
-    save_state_dict(model.state_dict(), tmp_path / 'm.safetensors', model_definition(model))
-    convert(tmp_path / 'm.safetensors', tmp_path / 'folder')
+    folder_of(model, tmp_path, 'm.safetensors')
 
     config = json.loads((tmp_path / 'folder' / 'config.json').read_text())
     assert config['architecture'] == arch and config['num_classes'] == kwargs['num_classes']
@@ -89,8 +95,7 @@ def test_release_layout_of_another_configuration_keeps_its_architecture(tmp_path
 
 def test_folder_guards_its_definition_and_ema_flag(tmp_path):
     model = trained_like('nalaformer_t', dict(TINY, attn_types='relu', kernel_kwargs=dict(power=3)))
-    save_state_dict(model.state_dict(), tmp_path / 'relu.pth', model_definition(model))
-    convert(tmp_path / 'relu.pth', tmp_path / 'folder')
+    folder_of(model, tmp_path, 'relu.pth')
     folder = f'local-dir:{tmp_path / "folder"}'
     with pytest.raises(DefinitionMismatchError, match=r"attn_types=\['relu', 'relu', 'relu', 'relu'\]"):
         timm.create_model(folder, pretrained=True, attn_types='nala', kernel_kwargs={})  # another function
@@ -103,8 +108,7 @@ def test_folder_guards_its_definition_and_ema_flag(tmp_path):
 
 def test_folder_converts_back_to_a_file_with_its_definition(tmp_path):
     model = trained_like(*MODELS['nala_cos-alpha5'])
-    save_state_dict(model.state_dict(), tmp_path / 'm.safetensors', model_definition(model))
-    convert(tmp_path / 'm.safetensors', tmp_path / 'folder')
+    folder_of(model, tmp_path, 'm.safetensors')
     convert(tmp_path / 'folder', tmp_path / 'back.safetensors')
     [definition] = Checkpoint.read(tmp_path / 'back.safetensors').definitions
     assert definition['model_args']['kernel_kwargs'] == [{'alpha': 5.0}] * 4
@@ -116,8 +120,7 @@ def test_folder_converts_back_to_a_file_with_its_definition(tmp_path):
 
 def test_a_folder_is_replaced_only_by_a_complete_one(tmp_path):
     model = trained_like(*MODELS['hybrid'])
-    save_state_dict(model.state_dict(), tmp_path / 'm.pth', model_definition(model))
-    convert(tmp_path / 'm.pth', tmp_path / 'folder')
+    folder_of(model, tmp_path)
     other = trained_like('nalaformer_xt', {})
     torch.save({'model': other.state_dict()}, tmp_path / 'xt.pth')
     convert(tmp_path / 'xt.pth', tmp_path / 'folder')  # overwrite: the new model, nothing of the old one left
@@ -151,8 +154,7 @@ def test_push_to_hf_hub_publishes_a_folder_that_loads(tmp_path, monkeypatch):
 
     monkeypatch.setattr(hub, 'HfApi', LocalHub)
     model = trained_like(*MODELS['all-nala'])
-    save_state_dict(model.state_dict(), tmp_path / 'm.pth', model_definition(model))
-    convert(tmp_path / 'm.pth', tmp_path / 'folder')
+    folder_of(model, tmp_path)
     timm.models.push_to_hf_hub(timm.create_model(f'local-dir:{tmp_path / "folder"}', pretrained=True), 'me/nala')
     published = timm.create_model(f'local-dir:{tmp_path / "hub" / "me" / "nala"}', pretrained=True)
     x = torch.randn(1, 3, 64, 64)
@@ -162,8 +164,7 @@ def test_push_to_hf_hub_publishes_a_folder_that_loads(tmp_path, monkeypatch):
 def test_a_folder_initialises_a_dense_backbone(tmp_path):
     from nalaformer.dense import NaLaBackbone
     model = trained_like(*MODELS['hybrid'])
-    save_state_dict(model.state_dict(), tmp_path / 'm.pth', model_definition(model))
-    convert(tmp_path / 'm.pth', tmp_path / 'folder')
+    folder_of(model, tmp_path)
     backbone_kwargs = {k: v for k, v in TINY.items() if k not in ('num_classes', 'head_hidden_size')}
     backbone = NaLaBackbone('nalaformer_t', init_cfg=dict(type='Pretrained', checkpoint=str(tmp_path / 'folder')),
                             **backbone_kwargs)
