@@ -308,7 +308,7 @@ def _definition_args(model_args: dict, model_cls: type) -> dict:
 
 def _function(model_args: dict) -> dict:
     """What definition arguments compute: kernels compared through :func:`kernel_function` (defaults
-    filled in, fused implementations equal to the reference, launch settings ignored)."""
+    filled in, fused implementations equal to the reference)."""
     args = dict(model_args)
     if 'attn_types' in args:
         names = args.pop('attn_types')

@@ -21,7 +21,7 @@ shape inside the graph, never baked in at the export size. The file is written o
 (CPUExecutionProvider) ran it at the check shapes within ``atol`` of PyTorch.
 
 The graph holds standard ONNX operators only: ``nala`` / ``nala_cos`` are traced through their
-plain-PyTorch reference (:func:`nalaformer.ops.nala_fast.use_reference_op`; the fused operator has no ONNX
+plain-PyTorch reference (``use_nala_backend('reference')``; the PyTorch and Triton operators have no ONNX
 translation), and fused Triton kernels (``nala_triton``, ...) that a config or a checkpoint's recorded
 definition names are replaced by the PyTorch kernel computing the same function
 (:func:`nalaformer.ops.nala.kernel_function`). Asking for a fused kernel explicitly is an error.
@@ -47,7 +47,7 @@ import torch.nn as nn
 from .checkpoint import Checkpoint, definition_modules, load_checkpoint_into
 from .models.nala_swin import NaLaSwinTransformer
 from .ops.nala import AttentionKernel, kernel_function, per_stage_kernels
-from .ops.nala_fast import use_reference_op
+from .ops.backend import use_nala_backend
 
 __all__ = [
     'ExportError', 'ExportTarget', 'INSTALL_HINT', 'require_export_packages', 'fused_kernels', 'reference_kernels',
@@ -108,7 +108,7 @@ def reference_kernels(attn_types: AttnTypes, kernel_kwargs: KernelKwargs = None
     """``(attn_types, kernel_kwargs)`` computing the same functions with PyTorch kernels only.
 
     Each kernel becomes the one whose function it computes (``nala_triton`` -> ``nala``,
-    ``nala_cos_triton`` -> ``nala_cos``, others stay), with its arguments minus launch settings. One name
+    ``nala_cos_triton`` -> ``nala_cos``, others stay), with its arguments. One name
     and one (or no) dict for all stages stay one name and one dict; otherwise the result is per stage.
     """
     per_stage = [v for v in (attn_types, kernel_kwargs) if isinstance(v, (list, tuple))]
@@ -330,7 +330,7 @@ def export_onnx(target: ExportTarget, path: Union[str, os.PathLike], shape: Shap
                           f'still takes smaller images.')
     _check_no_fused_modules(target.module)
     batch, height, width = torch.export.Dim('batch'), torch.export.Dim('height'), torch.export.Dim('width')
-    with torch.no_grad(), use_reference_op():
+    with torch.no_grad(), use_nala_backend('reference'):
         program = torch.onnx.export(
             target.module, (_inputs(target, shape),), dynamo=True, verbose=False,
             dynamic_shapes=({0: batch, 2: height, 3: width},), opset_version=opset,

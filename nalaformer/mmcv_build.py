@@ -7,6 +7,10 @@ CUDA for that GPU. ``scripts/install_openmmlab.sh`` asks this module for its bui
 
 and ``tools/train.py`` / ``tools/test.py`` call :func:`check_mmcv_ops` at start-up. Only the standard
 library and torch are imported, so the plan works before mmcv is installed.
+
+mmcv built without compiled ops (mmcv-lite, ``MMCV_WITH_OPS=0``: a pure-Python wheel, for a machine where
+no build fits) is enough for UperNet / FPN segmentors, but mmsegmentation imports two of mmcv's ops
+whatever the model: :func:`allow_mmcv_lite` stands in for them.
 """
 import os
 import re
@@ -14,11 +18,12 @@ import shlex
 import shutil
 import subprocess
 import sys
+import types
 from dataclasses import dataclass, field
 from typing import List, Optional, Tuple
 
 __all__ = ['Toolchain', 'BuildPlan', 'probe', 'build_plan', 'installed_cuda_ops', 'needs_compiled_ops',
-           'check_mmcv_ops', 'MmcvOpsError']
+           'check_mmcv_ops', 'MmcvOpsError', 'lite_ops_module', 'allow_mmcv_lite']
 
 INSTALL_HINT = 'MMCV_FORCE_REBUILD=1 bash scripts/install_openmmlab.sh'
 
@@ -130,6 +135,49 @@ def check_mmcv_ops(cfg, cuda_available: Optional[bool] = None, cuda_ops: Optiona
             'this detection config runs on the GPU, but the installed mmcv has CPU ops only (its RoIAlign and NMS '
             f'have no CUDA implementation). Build mmcv with CUDA ops: {INSTALL_HINT} (needs nvcc for torch\'s CUDA '
             'version; MMCV_CUDA_ARCH overrides the architectures), or run on the CPU with CUDA_VISIBLE_DEVICES=.')
+
+
+# What mmsegmentation 1.x imports from mmcv.ops unguarded (mmseg.utils, its focal loss) whatever the model;
+# its other imports of mmcv.ops fall back when they raise ModuleNotFoundError.
+MMSEG_UNGUARDED_OPS = ('point_sample', 'sigmoid_focal_loss')
+
+
+def lite_ops_module() -> types.ModuleType:
+    """A stand-in ``mmcv.ops`` for an mmcv without compiled ops: the ops of ``MMSEG_UNGUARDED_OPS`` raise
+    :class:`MmcvOpsError` when called; importing any other name raises ModuleNotFoundError, as the real
+    ``mmcv.ops`` of such an mmcv does."""
+    module = types.ModuleType('mmcv.ops', 'A stand-in for mmcv-lite (no compiled ops): see nalaformer.mmcv_build')
+
+    def missing(name):
+        def op(*args, **kwargs):
+            raise MmcvOpsError(f'mmcv.ops.{name} is a compiled op and this mmcv has none (mmcv-lite): '
+                               f'build mmcv with ops ({INSTALL_HINT})')
+        op.__name__ = name
+        return op
+
+    def getattr_(name):
+        if name.startswith('__'):  # module attributes that introspection (inspect, pickle) looks for
+            raise AttributeError(name)
+        raise ModuleNotFoundError(f'mmcv.ops.{name}: this mmcv has no compiled ops (mmcv-lite)', name='mmcv._ext')
+
+    for name in MMSEG_UNGUARDED_OPS:
+        setattr(module, name, missing(name))
+    module.__getattr__ = getattr_
+    return module
+
+
+def allow_mmcv_lite() -> bool:
+    """Install :func:`lite_ops_module` as ``mmcv.ops`` where mmcv has no compiled ops, so that mmsegmentation
+    imports; True if it did, False where ``mmcv.ops`` imports (nothing changes). Call before importing mmseg."""
+    try:
+        import mmcv.ops  # noqa: F401
+        return False
+    except ModuleNotFoundError as e:
+        if e.name != 'mmcv._ext':  # no mmcv at all, or something else missing: not ours to hide
+            raise
+    import mmcv
+    sys.modules['mmcv.ops'] = mmcv.ops = lite_ops_module()
+    return True
 
 
 def main(argv=None) -> int:

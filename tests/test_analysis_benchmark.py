@@ -45,12 +45,54 @@ def test_tiny_run_writes_json_and_png(tmp_path):
     assert out_png.read_bytes()[:8] == b'\x89PNG\r\n\x1a\n'
 
 
-def test_train_mode_step(bench):
+def test_train_mode_step_keeps_its_losses(bench):
     import torch
     from nalaformer.analysis.models import ModelSpec
     step = bench.make_step(ModelSpec('nalaformer_xt'), (32, 32), 2, 'train', torch.device('cpu'))
     step()
     assert bench.timed(step, torch.device('cpu')) > 0
+    assert len(step.losses) == 2 and step.losses[0].dim() == 0
+    summary = bench.loss_summary(step)
+    assert summary['losses_finite'] and summary['final_loss'] == pytest.approx(float(step.losses[-1]))
+    step.losses.append(torch.tensor(float('nan')))
+    assert bench.loss_summary(step)['losses_finite'] is False
+
+
+def watch_models(bench, monkeypatch, watch):
+    """The tool's models are handed to ``watch(model)`` as they are built."""
+    create_model = bench.create_model
+
+    def create_watched_model(*args, **kwargs):
+        model = create_model(*args, **kwargs)
+        watch(model)
+        return model
+    monkeypatch.setattr(bench, 'create_model', create_watched_model)
+
+
+@pytest.mark.parametrize('amp', ['bf16', 'fp16'])  # fp16 also through the GradScaler
+def test_amp_train_step_runs_forward_in_the_autocast_dtype(bench, monkeypatch, amp):
+    import torch
+    from nalaformer.analysis.models import ModelSpec
+    dtypes = []
+    watch_models(bench, monkeypatch,
+                 lambda model: model.head.register_forward_hook(lambda module, args, out: dtypes.append(out.dtype)))
+    tiny = ModelSpec('nalaformer_xt', dict(embed_dims=(16, 32, 48, 64), depths=(1, 1, 1, 1), num_heads=(1, 2, 3, 4),
+                                          num_classes=10))  # fp16 matrix products are slow on CPU
+    step = bench.make_step(tiny, (32, 32), 2, 'train', torch.device('cpu'), amp=amp)
+    step()
+    assert dtypes == [bench.AMP_DTYPES[amp]] and bench.loss_summary(step)['losses_finite']
+
+
+def test_train_run_reports_losses_and_amp(bench, tmp_path, capsys):
+    out_json = tmp_path / 'train.json'
+    assert bench.main(['--mode', 'train', '--amp', 'bf16', '--models', 'nalaformer_xt', '--sizes', '32',
+                       '--batch-sizes', '2', '--repeats', '2', '--warmup', '1', '--no-memory', '--device', 'cpu',
+                       '--out-json', str(out_json), '--out-png', str(tmp_path / 'train.png')]) == 0
+    report = json.loads(out_json.read_text())
+    row, = report['results']
+    assert report['meta']['amp'] == 'bf16' and report['meta']['nala_backend'] == 'torch'
+    assert row['losses_finite'] is True and 5 < row['final_loss'] < 9  # cross-entropy of 1000 random classes
+    assert '| yes |' in capsys.readouterr().out
 
 
 @pytest.mark.parametrize('args, message', [
@@ -80,23 +122,30 @@ def test_statistics(bench):
     assert growth['lin'][0]['peak_memory_per_4x_pixels'] == pytest.approx(4)
 
 
-def test_reference_prefix_runs_our_model_on_the_reference_op(bench):
+def test_backend_prefixes_run_our_model_on_that_nala_backend(bench, monkeypatch):
     import torch
-    from nalaformer.ops import nala_fast
+    import nalaformer.ops
+    from nalaformer.ops.nala import AttentionKernel
     spec, variant = bench.parse_entry("reference:nalaformer_xt(attn_types='nala')")
     assert variant == 'reference' and spec.name == 'nalaformer_xt' and spec.kwargs == {'attn_types': 'nala'}
     assert spec.label == "reference:nalaformer_xt(attn_types='nala')"
+    assert bench.parse_entry('fused:nalaformer_xt')[1] == 'fused'
     assert bench.parse_entry('nalaformer_xt') == (bench.ModelSpec('nalaformer_xt'), None)
     seen = []
-    original = nala_fast.nala_attention
-    nala_fast.nala_attention = lambda *a: seen.append('fast') or original(*a)
-    try:
-        bench.make_step(spec, (32, 32), 1, 'infer', torch.device('cpu'), variant)()
-        assert not seen and nala_fast.fast_op_enabled()
-        bench.make_step(spec, (32, 32), 1, 'infer', torch.device('cpu'))()
-        assert seen
-    finally:
-        nala_fast.nala_attention = original
+
+    def record_backends(model):  # every attention kernel notes the backend it runs on
+        for module in model.modules():
+            if isinstance(module, AttentionKernel):
+                module.register_forward_pre_hook(lambda *_: seen.append(nalaformer.ops.nala_backend()))
+    watch_models(bench, monkeypatch, record_backends)
+    bench.make_step(spec, (32, 32), 1, 'infer', torch.device('cpu'), variant)()
+    assert seen and set(seen) == {'reference'} and nalaformer.ops.nala_backend() == 'torch'
+    seen.clear()
+    bench.make_step(spec, (32, 32), 1, 'infer', torch.device('cpu'))()
+    assert seen and set(seen) == {'torch'}
+    with bench.backend_context('fused')():
+        assert nalaformer.ops.nala_backend() == 'fused'
+    assert nalaformer.ops.nala_backend() == 'torch'
 
 
 def test_release_models_need_the_release_file():
@@ -169,3 +218,45 @@ def test_memory_workers_run_with_glibc_defaults_or_a_fixed_mmap_threshold(bench,
     monkeypatch.setenv('MALLOC_MMAP_MAX_', '0')
     assert 'MALLOC_MMAP_MAX_' not in bench.memory_env() and 'MALLOC_MMAP_THRESHOLD_' not in bench.memory_env()
     assert bench.memory_env(131072)['MALLOC_MMAP_THRESHOLD_'] == '131072'
+
+
+SEGMENTOR = ROOT / 'tools' / 'analysis' / 'benchmark_segmentor.py'
+UPERNET_T = ROOT / 'configs' / 'ade20k' / 'upernet_nalaformer-t_8xb2-160k_ade20k-512x512.py'
+
+
+@pytest.fixture(scope='module')
+def segmentor_tool():
+    spec = importlib.util.spec_from_file_location('benchmark_segmentor', SEGMENTOR)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_segmentor_benchmark_trains_the_configs_model_with_amp(segmentor_tool, tmp_path):
+    config = tmp_path / 'upernet_tiny.py'  # UperNet-T's config with a tiny backbone and heads
+    config.write_text(f"_base_ = ['{UPERNET_T}']\n"
+                      "model = dict(backbone=dict(embed_dims=[16, 32, 48, 64], depths=[1, 1, 1, 1], "
+                      "num_heads=[1, 2, 3, 4]), decode_head=dict(in_channels=[16, 32, 48, 64], channels=32), "
+                      "auxiliary_head=dict(in_channels=48, channels=16))\n")
+    out = tmp_path / 'seg.json'
+    assert segmentor_tool.main(['--config', str(config), '--device', 'cpu', '--size', '32x48', '--amp', 'bf16',
+                                '--backend', 'reference', '--warmup', '1', '--repeats', '2',
+                                '--out-json', str(out)]) == 0
+    report = json.loads(out.read_text())
+    meta, result = report['meta'], report['result']
+    assert meta['batch'] == 2 and meta['size'] == [32, 48] and meta['optim_wrapper'] == 'CPUAmpOptimWrapper'
+    assert meta['nala_backend'] == 'reference' and meta['mmcv_ops'] == 'compiled'
+    assert len(result['losses']) == 3 and result['losses_finite'] and result['final_loss'] == result['losses'][-1]
+    assert result['samples'] == 2 and result['median_ms'] > 0 and result['peak_mb'] is None
+    assert 3 < result['losses'][0] < 10  # decode + 0.4 x auxiliary cross-entropy over 150 classes
+
+
+@pytest.mark.parametrize('args, message', [
+    (['--amp', 'fp16', '--device', 'cpu'], 'float16 mixed precision needs a GPU'),
+    (['--config', str(ROOT / 'configs' / 'nalaformer' / 'nalaformer-t_8xb128_in1k.py'), '--device', 'cpu'],
+     'not a segmentation config'),
+    (['--config', 'missing.py', '--device', 'cpu'], 'does not exist'),
+])
+def test_segmentor_benchmark_user_errors_exit_2(segmentor_tool, args, message, capsys):
+    assert segmentor_tool.run_cli(lambda: segmentor_tool.main([*args, '--repeats', '1'])) == 2
+    assert message in capsys.readouterr().err

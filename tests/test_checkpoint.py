@@ -232,8 +232,7 @@ def test_definitions_compare_what_the_kernels_compute(tmp_path):
     # default arguments written out, and the fused implementation of the same function: the same model
     timm.create_model('nalaformer_t', attn_types=('nala_cos', 'nala_cos', 'softmax', 'softmax'),
                       kernel_kwargs=(dict(alpha=20.), dict(alpha=20.), None, None), **load)
-    timm.create_model('nalaformer_t', attn_types=('nala_cos_triton', 'nala_cos_triton', 'softmax', 'softmax'),
-                      kernel_kwargs=(dict(tuning=dict(block_n=32)),) * 2 + (None, None), **load)
+    timm.create_model('nalaformer_t', attn_types=('nala_cos_triton', 'nala_cos_triton', 'softmax', 'softmax'), **load)
     with pytest.raises(DefinitionMismatchError, match="'alpha': 5.0"):
         timm.create_model('nalaformer_t', attn_types=('nala_cos', 'nala_cos', 'softmax', 'softmax'),
                           kernel_kwargs=(dict(alpha=5.), dict(alpha=5.), None, None), **load)

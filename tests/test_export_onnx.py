@@ -130,9 +130,9 @@ def test_dense_config_exports_its_backbone_with_a_runner_checkpoint(tmp_path):
 @needs_triton
 def test_fused_kernels_a_checkpoint_records_become_their_pytorch_kernels(tmp_path):
     """A checkpoint trained with Triton kernels: without --attn-types the tool builds what it records, with
-    the PyTorch kernels of the same functions (launch settings dropped), and loads its weights."""
+    the PyTorch kernels of the same functions, and loads its weights."""
     fused = timm.create_model('nalaformer_xt', attn_types=('nala_triton', 'nala_cos_triton', 'softmax', 'relu'),
-                              kernel_kwargs=(None, dict(alpha=5.0, tuning=dict(block_n=32)), None, dict(power=2.0)))
+                              kernel_kwargs=(None, dict(alpha=5.0), None, dict(power=2.0)))
     target = timm_target('nalaformer_xt', checkpoint=saved_weights(randomise_norms(fused), tmp_path / 'fused.pth'))
     model = target.module
     assert model.attn_types == ('nala', 'nala_cos', 'softmax', 'relu')

@@ -33,6 +33,23 @@ def test_conv_ffn_values_and_gradients_equal_the_plain_ops(channels_last, size):
         torch.testing.assert_close(g, e, rtol=1e-12, atol=1e-12)
 
 
+@pytest.mark.parametrize('dtype', [torch.float16, torch.bfloat16])
+def test_conv_ffn_under_autocast_gives_the_plain_ops_gradients(dtype):
+    """Backward runs outside autocast while the forward's convolution ran in reduced precision."""
+    torch.manual_seed(0)
+    ffn = ConvFFN(16, 64)
+    x = torch.randn(2, 16, 6, 7, requires_grad=True)
+    grad = torch.randn(2, 16, 6, 7)
+    inputs = [x, *ffn.parameters()]
+    with torch.autocast('cpu', dtype=dtype):
+        out, expected = ffn(x), plain_conv_ffn(ffn, x)
+    assert out.dtype == expected.dtype == dtype
+    for g, e, t in zip(torch.autograd.grad(out, inputs, grad.to(dtype)),
+                       torch.autograd.grad(expected, inputs, grad.to(dtype)), inputs):
+        assert g.dtype == t.dtype
+        torch.testing.assert_close(g, e, rtol=0.02, atol=0.02 * e.abs().max().item())
+
+
 def test_conv_ffn_keeps_one_hidden_activation_fewer_for_backward():
     """What autograd stores for backward: the GELU output is recomputed instead of kept."""
     torch.manual_seed(0)

@@ -107,3 +107,43 @@ def test_the_tools_report_it_as_a_config_error(monkeypatch):
             finalize_config(_config(det), det, None, 'none')
     else:
         assert finalize_config(_config(det), det, None, 'none').launcher == 'none'
+
+
+def test_mmcv_with_ops_is_left_alone():
+    import mmcv.ops
+
+    from nalaformer.mmcv_build import allow_mmcv_lite
+    assert allow_mmcv_lite() is False and sys.modules['mmcv.ops'] is mmcv.ops and hasattr(mmcv.ops, 'RoIAlign')
+
+
+def test_mmcv_lite_gets_the_ops_mmseg_imports_as_stand_ins(tmp_path):
+    """A fake mmcv-lite whose mmcv.ops fails to load its compiled extension, as the real one does."""
+    (tmp_path / 'mmcv' / 'ops').mkdir(parents=True)
+    (tmp_path / 'mmcv' / '__init__.py').write_text('')
+    (tmp_path / 'mmcv' / 'ops' / '__init__.py').write_text("import importlib\nimportlib.import_module('mmcv._ext')\n")
+    code = '''
+import inspect, pytest
+from nalaformer.mmcv_build import MmcvOpsError, allow_mmcv_lite
+assert allow_mmcv_lite()
+from mmcv.ops import point_sample, sigmoid_focal_loss     # mmseg.utils, mmseg's focal loss: unguarded
+try:
+    from mmcv.ops import PSAMask                          # mmseg's guarded imports fall back
+except ModuleNotFoundError:
+    PSAMask = None
+assert PSAMask is None
+inspect.getmodule(point_sample)                           # introspection walks sys.modules
+with pytest.raises(MmcvOpsError, match='mmcv-lite'):
+    point_sample(None, None)
+print('ok')
+'''
+    env = {**os.environ, 'PYTHONPATH': os.pathsep.join([str(tmp_path), str(ROOT)])}
+    proc = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True, env=env)
+    assert proc.returncode == 0 and proc.stdout.strip() == 'ok', proc.stderr
+
+
+def test_a_missing_mmcv_is_not_hidden(tmp_path):
+    (tmp_path / 'mmcv.py').write_text("raise ModuleNotFoundError('no mmcv', name='mmcv')\n")
+    code = 'from nalaformer.mmcv_build import allow_mmcv_lite\nallow_mmcv_lite()\n'
+    env = {**os.environ, 'PYTHONPATH': os.pathsep.join([str(tmp_path), str(ROOT)])}
+    proc = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True, env=env)
+    assert proc.returncode == 1 and "ModuleNotFoundError: no mmcv" in proc.stderr

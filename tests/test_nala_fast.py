@@ -6,9 +6,6 @@ relative to their scale in float32. Inputs whose gradients are cancellations (N 
 v whatever q and k are, so dq and dk are the tiny difference of two large terms) are compared in
 float64, where both agree to ~1e-10. No timings here (see tools/analysis/benchmark_nala_op.py).
 """
-import os
-import subprocess
-import sys
 
 import pytest
 import timm
@@ -17,7 +14,7 @@ import torch
 import nalaformer  # noqa: F401  (registers the models)
 from extreme_tokens import make_extreme_
 from nalaformer.models import NaLaBlock
-from nalaformer.ops import build_attention_kernel, rope_angles, rope_table
+from nalaformer.ops import build_attention_kernel, nala_backend, rope_angles, rope_table, use_nala_backend
 from nalaformer.ops import nala_fast
 from nalaformer.ops.nala import linear_attention, nala_cos_feature_maps, nala_feature_maps
 
@@ -130,25 +127,15 @@ def test_kernel_uses_fast_op_and_the_switch_restores_the_reference(name, alpha):
     q, k, v, _, rope = inputs(3, 5, 32)
     kernel = build_attention_kernel(name)
     leaf = q.clone().requires_grad_(True)
-    assert nala_fast.fast_op_enabled()
+    assert nala_backend() == 'torch'
     assert 'nala_fast' in type(kernel(leaf, k, v, rope).grad_fn).__name__
-    with nala_fast.use_reference_op():
-        assert not nala_fast.fast_op_enabled()
+    with use_nala_backend('reference'):
         out_reference = kernel(leaf, k, v, rope)
         assert 'nala_fast' not in type(out_reference.grad_fn).__name__
-        with nala_fast.use_reference_op(False):
-            assert nala_fast.fast_op_enabled()
-    assert nala_fast.fast_op_enabled()
+        with use_nala_backend('torch'):
+            assert 'nala_fast' in type(kernel(leaf, k, v, rope).grad_fn).__name__
+    assert nala_backend() == 'torch'
     torch.testing.assert_close(out_reference, reference(q, k, v, rope, alpha))
-
-
-def test_environment_variable_selects_the_reference():
-    code = 'from nalaformer.ops import nala_fast; print(nala_fast.fast_op_enabled())'
-    for value, expected in (('1', 'False'), ('0', 'True')):
-        env = {**os.environ, nala_fast.REFERENCE_ENV: value}
-        proc = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True, env=env)
-        assert proc.returncode == 0, proc.stderr
-        assert proc.stdout.strip() == expected
 
 
 def test_inference_mode_and_autocast():
@@ -179,7 +166,7 @@ def test_block_parameter_gradients_equal_with_op_and_reference(attn_type, kernel
         return {'out': out.detach(), 'x': leaf.grad, **{n: p.grad.clone() for n, p in block.named_parameters()}}
 
     fast_run = run()
-    with nala_fast.use_reference_op():
+    with use_nala_backend('reference'):
         reference_run = run()
     assert fast_run.keys() == reference_run.keys()
     assert_close_to_scale(list(fast_run.values()), list(reference_run.values()), 1e-5, names=list(fast_run))

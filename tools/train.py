@@ -10,12 +10,13 @@ import os.path as osp
 import sys
 import warnings
 
-import torch
 from mmengine.config import DictAction
 
 import nalaformer.engine  # noqa: F401  (registers models, datasets, hooks, metrics, runner)
 from nalaformer.checkpoint import CheckpointError
-from nalaformer.engine.launch import ConfigError, build_runner, check_dataset_files, finalize_config, load_config
+from nalaformer.engine.launch import (
+    ConfigError, apply_amp, build_runner, check_dataset_files, finalize_config, load_config,
+)
 
 
 def parse_args(argv=None):
@@ -32,16 +33,6 @@ def parse_args(argv=None):
     parser.add_argument('--launcher', choices=['none', 'pytorch', 'slurm', 'mpi'], default='none')
     parser.add_argument('--local-rank', '--local_rank', type=int, default=0)
     return parser.parse_args(argv)
-
-
-def apply_amp(cfg, dtype: str) -> None:
-    wrapper = cfg.optim_wrapper
-    if torch.cuda.is_available():
-        wrapper.update(type='AmpOptimWrapper', dtype=dtype, loss_scale='dynamic')
-    elif dtype == 'bfloat16':
-        wrapper.update(type='CPUAmpOptimWrapper', dtype=dtype)
-    else:
-        raise ConfigError('--amp float16 needs a GPU; on CPU use --amp bfloat16')
 
 
 def add_wandb(cfg, project: str) -> None:

@@ -56,6 +56,19 @@ def load_config(path: str, cfg_options: Optional[dict] = None) -> Config:
     return cfg
 
 
+def apply_amp(cfg: Config, dtype: str, device: Optional[str] = None) -> None:
+    """Mixed precision (``dtype`` 'bfloat16' or 'float16') for the config's optimizer wrapper on ``device``
+    ('cuda' or 'cpu'; default: CUDA when available): mmengine's AmpOptimWrapper with dynamic loss
+    scaling on a GPU, our CPUAmpOptimWrapper (bfloat16 only) on the CPU."""
+    wrapper = cfg.optim_wrapper
+    if (device or ('cuda' if torch.cuda.is_available() else 'cpu')) == 'cuda':
+        wrapper.update(type='AmpOptimWrapper', dtype=dtype, loss_scale='dynamic')
+    elif dtype == 'bfloat16':
+        wrapper.update(type='CPUAmpOptimWrapper', dtype=dtype)
+    else:
+        raise ConfigError('float16 mixed precision needs a GPU; on CPU use bfloat16')
+
+
 def finalize_config(cfg: Config, config_path: str, work_dir: Optional[str], launcher: str) -> Config:
     """Work dir default (work_dirs/<config name>), launcher, and a gloo backend when there is no GPU; stops
     a GPU run that would need mmcv CUDA ops the installed mmcv lacks."""

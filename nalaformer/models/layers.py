@@ -98,7 +98,7 @@ class NaLaAttention(nn.Module):
         if rope is None:
             rope = rope_table(rope_angles(self.head_dim, device=x.device), H, W)
         q, k, v, g = self.qkvg(x.flatten(2).transpose(1, 2)).chunk(4, dim=-1)
-        y = self.kernel(self.split_heads(q), self.split_heads(k), self.split_heads(v), rope, grid=(H, W))
+        y = self.kernel(self.split_heads(q), self.split_heads(k), self.split_heads(v), rope)
         y = y.transpose(1, 2).flatten(2).to(v.dtype)
         if self.lepe is not None:
             y = y + self.lepe(v.contiguous().transpose(1, 2).reshape(B, C, H, W)).flatten(2).transpose(1, 2)
@@ -125,9 +125,11 @@ class _GeluConvResidual(torch.autograd.Function):
         a, weight = ctx.saved_tensors
         h = F.gelu(a)
         padding = [ctx.padding, ctx.padding]
+        # Under autocast the forward's convolution ran in a's dtype; backward runs outside autocast (autograd
+        # casts the weight's and bias's gradients back to their dtype).
         grad_h, grad_weight, grad_bias = torch.ops.aten.convolution_backward(
-            grad, h, _weight_in_format_of(h, weight), [weight.shape[0]], [1, 1], padding, [1, 1], False, [0, 0],
-            weight.shape[0], [True, ctx.needs_input_grad[1], ctx.needs_input_grad[2]])
+            grad, h, _weight_in_format_of(h, weight).to(h.dtype), [weight.shape[0]], [1, 1], padding, [1, 1], False,
+            [0, 0], weight.shape[0], [True, ctx.needs_input_grad[1], ctx.needs_input_grad[2]])
         return torch.ops.aten.gelu_backward(grad_h + grad, a), grad_weight, grad_bias, None
 
 

@@ -154,7 +154,7 @@ class GlobalLinearAttention(nn.Module):
         B, H, W, C = x.shape
         qkv = self.qkv(x).reshape(B, H * W, 3, self.num_heads, self.head_dim).permute(2, 0, 3, 1, 4)
         q, k, v = qkv.unbind(0)  # (B, heads, N, d) each
-        out = self.kernel(q, k, v, self.rope(x), grid=(H, W)).to(v.dtype)
+        out = self.kernel(q, k, v, self.rope(x)).to(v.dtype)
         out = out.transpose(1, 2).reshape(B, H, W, -1)
         if self.use_dwc:
             v_map = v.transpose(1, 2).reshape(B, H, W, -1).permute(0, 3, 1, 2)

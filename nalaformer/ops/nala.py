@@ -149,15 +149,12 @@ def linear_attention(phi_q: torch.Tensor, phi_k: torch.Tensor, v: torch.Tensor, 
 
 
 class AttentionKernel(nn.Module):
-    """Base of all kernels: ``forward(q, k, v, rope, grid=None)`` -> (B, heads, N, d), in float32.
+    """Base of all kernels: ``forward(q, k, v, rope)`` -> (B, heads, N, d), in float32.
 
-    ``grid`` (H, W) tells a kernel that rope is :func:`rope_table` of that token grid, which lets
-    the fused kernels read it through its row and column factors; these PyTorch kernels ignore it.
     Subclasses implement ``attend`` on float32 tensors; autocast is switched off around it.
 
     ``function_name``: the registered kernel whose function this one computes (itself, unless it is
-    another implementation of it, e.g. a fused one). ``launch_args``: constructor arguments that
-    change how it runs but not what it computes. Both feed :func:`kernel_function`.
+    another implementation of it, e.g. a fused one); it feeds :func:`kernel_function`.
 
     ``feature_maps(q, k) -> (phi_q, phi_k)``, (B, heads, N, d) -> (B, heads, N, F): the kernel's
     feature maps, when its attention is ``linear_attention(phi_q, phi_k, v, rope)``; None for kernels
@@ -165,11 +162,9 @@ class AttentionKernel(nn.Module):
     """
     kernel_name: str
     function_name: str
-    launch_args: Tuple[str, ...] = ()
     feature_maps = None
 
-    def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, rope: torch.Tensor,
-                grid: Optional[Tuple[int, int]] = None) -> torch.Tensor:
+    def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, rope: torch.Tensor) -> torch.Tensor:
         with torch.autocast('cuda', enabled=False), torch.autocast('cpu', enabled=False):
             return self.attend(q.float(), k.float(), v.float(), rope.float())
 
@@ -220,18 +215,16 @@ def kernel_function(name: str, kwargs: Optional[Mapping] = None) -> dict:
     """What a kernel computes, in a form that compares: ``{'kernel': function name, **its arguments}``.
 
     Defaults are filled in (``nala_cos`` with no arguments equals ``nala_cos`` with ``alpha=20``), other
-    implementations name the function they compute (``nala_triton`` -> ``nala``) and launch settings are
-    left out. A name that is not a registered kernel (e.g. NaLa-Swin's ``'shifted_window'``) stands for
-    itself. Checkpoints use this to tell whether a model computes what its weights were trained for.
+    implementations name the function they compute (``nala_triton`` -> ``nala``). A name that is not a
+    registered kernel (e.g. NaLa-Swin's ``'shifted_window'``) stands for itself. Checkpoints use this to
+    tell whether a model computes what its weights were trained for.
     """
     kwargs = dict(kwargs or {})
     if name not in ATTENTION_KERNELS:
         return {'kernel': name, **kwargs}
-    kernel = ATTENTION_KERNELS[name]
     bound = _kernel_signature(name).bind(**kwargs)
     bound.apply_defaults()
-    arguments = {k: v for k, v in bound.arguments.items() if k not in kernel.launch_args}
-    return {'kernel': kernel.function_name, **arguments}
+    return {'kernel': ATTENTION_KERNELS[name].function_name, **bound.arguments}
 
 
 def per_stage_kernels(attn_types: Union[str, Sequence[str]],
@@ -254,21 +247,41 @@ def per_stage_kernels(attn_types: Union[str, Sequence[str]],
 
 @register_attention_kernel('nala')
 class NaLaKernel(AttentionKernel):
-    """Norm-aware linear attention exactly as released."""
+    """Norm-aware linear attention exactly as released.
+
+    Runs on the backend that :func:`~nalaformer.ops.backend.nala_backend` names, or on the one this
+    kernel asks for (``backend``; the ``nala_triton`` kernels: ``'fused'``); all compute the same.
+    """
+    alpha: Optional[float] = None  # the cosine-inhibit form's sharpness; None: the release's sign split
+    backend: Optional[str] = None
+
+    def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, rope: torch.Tensor) -> torch.Tensor:
+        if not torch.jit.is_scripting():
+            if (self.backend or nala_backend()) == 'fused':
+                fused = fused_kernels()
+                # float16 / bfloat16 inputs reach the fused kernel as they are (it upcasts on load).
+                if fused is not None and fused.triton_supported(q, k, v, rope):
+                    if self.alpha is None:
+                        return fused.nala_attention(q, k, v, rope)
+                    return fused.nala_cos_attention(q, k, v, rope, self.alpha)
+        with torch.autocast('cuda', enabled=False), torch.autocast('cpu', enabled=False):  # as every kernel
+            return self.attend(q.float(), k.float(), v.float(), rope.float())
 
     def feature_maps(self, q: torch.Tensor, k: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
         return nala_feature_maps(q, k)
 
     def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, rope: torch.Tensor) -> torch.Tensor:
         if not torch.jit.is_scripting():
-            if nala_fast.fast_op_enabled():  # default: one op, feature maps recomputed in its backward
-                return nala_fast.nala_attention(q, k, v, rope)
+            if (self.backend or nala_backend()) != 'reference':  # one op, maps recomputed in backward
+                if self.alpha is None:
+                    return nala_fast.nala_attention(q, k, v, rope)
+                return nala_fast.nala_cos_attention(q, k, v, rope, self.alpha)
         phi_q, phi_k = self.feature_maps(q, k)
         return linear_attention(phi_q, phi_k, v, rope)
 
 
 @register_attention_kernel('nala_cos')
-class NaLaCosKernel(AttentionKernel):
+class NaLaCosKernel(NaLaKernel):
     """The paper's continuous cosine-inhibit form; ``alpha`` sets its sharpness."""
 
     def __init__(self, alpha: float = 20.0):
@@ -277,13 +290,6 @@ class NaLaCosKernel(AttentionKernel):
 
     def feature_maps(self, q: torch.Tensor, k: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
         return nala_cos_feature_maps(q, k, self.alpha)
-
-    def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, rope: torch.Tensor) -> torch.Tensor:
-        if not torch.jit.is_scripting():
-            if nala_fast.fast_op_enabled():  # default: one op, feature maps recomputed in its backward
-                return nala_fast.nala_cos_attention(q, k, v, rope, self.alpha)
-        phi_q, phi_k = self.feature_maps(q, k)
-        return linear_attention(phi_q, phi_k, v, rope)
 
 
 @register_attention_kernel('const_power')
@@ -383,3 +389,4 @@ class SoftmaxKernel(AttentionKernel):
 
 # The fast op behind the ``nala`` / ``nala_cos`` kernels (imported last: it uses this module's helpers).
 from . import nala_fast  # noqa: E402
+from .backend import fused_kernels, nala_backend  # noqa: E402

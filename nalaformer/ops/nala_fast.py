@@ -36,18 +36,12 @@ u = q / n_c, p = lambda (tau + tanh n), a_j = |u_j|^p, s_j = sign(u_j) |u_j|^(p-
 so dL/dq = r / n_c + q (dL/dn) / n with r_j = dL/du_j = p w_j (+ the angle term of ``nala_cos``) and
 dL/dn = lambda (1 - tanh^2 n) sum_j w_j u_j log|u_j| - [n >= eps] (sum_j r_j u_j) / n_c.
 
-The switch back to the plain-PyTorch reference (autograd through nala.py's functions)::
-
-    with nalaformer.ops.nala_fast.use_reference_op():
-        ...
-
-or ``NALAFORMER_NALA_REFERENCE=1`` in the environment (read at import). TorchScript always runs
-the reference (``torch.jit.script`` cannot call this operator's Python implementation).
+Which of this operator, the fused Triton kernel and nala.py's reference runs the kernels is one
+switch, :mod:`nalaformer.ops.backend`. TorchScript always runs the reference (``torch.jit.script``
+cannot call this operator's Python implementation).
 """
-import contextlib
 import math
-import os
-from typing import Iterator, Optional, Tuple
+from typing import Optional, Tuple
 
 import torch
 from torch.utils.flop_counter import register_flop_formula
@@ -56,27 +50,7 @@ from .nala import (
     DIRECTION_EPS, LAMBDA, NORMALISER_EPS, cosine_inhibit, norm_and_direction, query_power,
 )
 
-__all__ = ['nala_attention', 'nala_cos_attention', 'fast_op_enabled', 'use_reference_op', 'REFERENCE_ENV']
-
-REFERENCE_ENV = 'NALAFORMER_NALA_REFERENCE'
-_use_reference = os.environ.get(REFERENCE_ENV, '').strip().lower() not in ('', '0', 'false', 'no')
-
-
-def fast_op_enabled() -> bool:
-    """Whether the ``nala`` / ``nala_cos`` kernels use this operator (True unless switched to the reference)."""
-    return not _use_reference
-
-
-@contextlib.contextmanager
-def use_reference_op(enabled: bool = True) -> Iterator[None]:
-    """Within the block, the ``nala`` / ``nala_cos`` kernels run nala.py's plain-PyTorch reference
-    (``enabled=False``: this operator, whatever the environment says)."""
-    global _use_reference
-    previous, _use_reference = _use_reference, enabled
-    try:
-        yield
-    finally:
-        _use_reference = previous
+__all__ = ['nala_attention', 'nala_cos_attention']
 
 
 # ----------------------------------------------------------------------------------------------

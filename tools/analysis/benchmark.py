@@ -1,10 +1,11 @@
-"""Throughput, latency and peak memory of several models at several input sizes, side by side.
+"""Throughput, latency and peak memory of several models at several input sizes, side by side, on CPU or CUDA.
 
 Every model of a size is timed in the same loop, alternating (A B C A B C ...), so that drifts
 of the machine hit all of them alike; results are medians with their IQR and min/max, and
 ratios to a baseline model measured in the same run. Peak memory comes from a fresh
 subprocess per (model, size): peak RSS (VmHWM) above the post-import baseline on CPU (default
-glibc allocator), ``torch.cuda.max_memory_allocated`` on CUDA; it includes the weights (and in
+glibc allocator), ``torch.cuda.max_memory_allocated`` on CUDA (over two iterations after an untimed
+first one, whose Triton autotuning buffers would otherwise count); it includes the weights (and in
 training the gradients and AdamW state). ``extra_mb`` is the peak above the built model, optimizer
 and input (VmHWM reset after the build), i.e. what the iterations add. glibc's dynamic mmap
 threshold makes RSS peaks move by ~10% between identical runs; ``--memory-mmap-threshold 131072``
@@ -18,10 +19,14 @@ and the CPU time used by other processes during each timing loop are recorded.
 Models are timm names or specs with kwargs; swin/deit-style models with a fixed input size
 are built for each size (``img_size``); a model that cannot run at a size is reported 'n/a'.
 Every model is built right after ``torch.manual_seed(0)``: models of one architecture get the same weights.
-Two prefixes compare implementations of one NaLaFormer spec in the same run:
+``--amp bf16|fp16`` runs forward (and the loss) under ``torch.autocast``, fp16 training with a
+``GradScaler``. Training rows also record the final loss and whether every loss of the run was finite.
+Prefixes compare implementations of one NaLaFormer spec in the same run:
 
-* ``reference:<spec>`` runs our model with the ``nala`` / ``nala_cos`` kernels on nala.py's plain-PyTorch
-  reference (``nalaformer.ops.nala_fast.use_reference_op``) instead of the default fast op;
+* ``fused:<spec>`` / ``reference:<spec>`` run our model with the ``nala`` / ``nala_cos`` kernels on the
+  fused Triton backend (where it supports the inputs) / on nala.py's plain-PyTorch reference
+  (``nalaformer.ops.use_nala_backend``); without a prefix they run on the current backend, by default
+  the PyTorch operator (``meta['nala_backend']``);
 * ``release:<spec>`` runs the authors' release model (``NALAFORMER`` of the NALA.py given by
   ``--release-file``, kept outside this repository) of the same architecture and attention types
   ('nala' -> 'l', 'softmax' -> 'v'), with our model's weights loaded (the layouts are identical).
@@ -33,6 +38,8 @@ Examples::
     python tools/analysis/benchmark.py --models "nalaformer_t(attn_types='nala')" convnext_tiny --sizes 512x1024
     python tools/analysis/benchmark.py --mode train --sizes 224 --batch-sizes 8 --release-file /tmp/release/NALA.py \
         --models release:nalaformer_t nalaformer_t reference:nalaformer_t swin_tiny_patch4_window7_224
+    python tools/analysis/benchmark.py --device cuda --amp bf16 --mode train --sizes 224 --batch-sizes 64 \
+        --models nalaformer_t fused:nalaformer_t
 """
 import argparse
 import contextlib
@@ -60,7 +67,7 @@ from nalaformer.analysis.cli import run_cli
 from nalaformer.analysis.models import (
     ModelSpec, ModelSpecError, create_model, format_error, parse_model_spec, parse_size,
 )
-from nalaformer.ops import nala_fast
+from nalaformer.ops import nala_backend, use_nala_backend
 
 DEFAULT_MODELS = (
     'nalaformer_t', "nalaformer_t(attn_types='nala')", "nalaformer_t(attn_types='softmax')",
@@ -68,8 +75,10 @@ DEFAULT_MODELS = (
 )
 # Samples are flagged when other processes kept more than this many cores busy on average.
 CONTENTION_CORES = 0.25
-# Model prefixes: our model on the reference attention ops, or the release's model (see the docstring).
-VARIANTS = ('reference', 'release')
+# Model prefixes: our model on another NaLa backend, or the release's model (see the docstring).
+BACKEND_VARIANTS = ('fused', 'reference')
+VARIANTS = (*BACKEND_VARIANTS, 'release')
+AMP_DTYPES = {'none': None, 'bf16': torch.bfloat16, 'fp16': torch.float16}
 # Release block flags of our attention types.
 RELEASE_FLAGS = {'nala': 'l', 'softmax': 'v'}
 
@@ -78,7 +87,7 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
     parser.add_argument('--models', nargs='+', default=list(DEFAULT_MODELS),
                         help="timm names or specs such as \"nalaformer_t(attn_types='nala')\"; prefix "
-                             "'reference:' or 'release:' (see --release-file)")
+                             "'fused:', 'reference:' (NaLa backend) or 'release:' (see --release-file)")
     parser.add_argument('--release-file', type=Path, default=None,
                         help="the authors' NALA.py (outside this repository) for 'release:<spec>' models")
     parser.add_argument('--baseline', default=None, help='model the ratios refer to (default: the first)')
@@ -88,6 +97,8 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     parser.add_argument('--mode', choices=('infer', 'train'), default='infer',
                         help='infer: forward under inference_mode; train: forward, backward, AdamW step')
     parser.add_argument('--device', default='cuda' if torch.cuda.is_available() else 'cpu', choices=('cpu', 'cuda'))
+    parser.add_argument('--amp', choices=tuple(AMP_DTYPES), default='none',
+                        help='autocast dtype of forward and loss (fp16 training adds a GradScaler)')
     parser.add_argument('--threads', type=int, default=None, help='CPU threads (default: torch default)')
     parser.add_argument('--warmup', type=int, default=2, help='untimed iterations per model and size')
     parser.add_argument('--repeats', type=int, default=10, help='timed rounds; each round runs every model once')
@@ -142,12 +153,21 @@ def release_model(ours: torch.nn.Module, release_file: Path) -> torch.nn.Module:
     return model
 
 
+def backend_context(variant: Optional[str]) -> Callable[[], contextlib.AbstractContextManager]:
+    """A fresh context for each iteration: the NaLa backend of a 'fused' / 'reference' entry, else none."""
+    if variant in BACKEND_VARIANTS:
+        return lambda: use_nala_backend(variant)
+    return contextlib.nullcontext
+
+
 def make_step(spec: ModelSpec, size: Tuple[int, int], batch: int, mode: str,
               device: torch.device, variant: Optional[str] = None,
-              release_file: Optional[Path] = None) -> Callable[[], None]:
+              release_file: Optional[Path] = None, amp: str = 'none') -> Callable[[], None]:
     """Build ``spec`` for ``size`` (H, W) with a random (batch, 3, H, W) input; return one iteration.
 
-    ``variant``: None (as built), 'reference' (our reference attention ops) or 'release' (the release's model).
+    ``variant``: None (as built), 'fused' / 'reference' (our model on that NaLa backend) or 'release' (the
+    release's model). ``amp``: a key of ``AMP_DTYPES``. A training step keeps its loss (a 0-dim tensor,
+    read without a device sync) in the list ``step.losses``.
     """
     torch.manual_seed(0)
     model = create_model(spec, img_size=size)
@@ -155,25 +175,45 @@ def make_step(spec: ModelSpec, size: Tuple[int, int], batch: int, mode: str,
         model = release_model(model, release_file)
     model = model.to(device)
     x = torch.randn(batch, 3, *size, device=device)
-    ops = nala_fast.use_reference_op if variant == 'reference' else contextlib.nullcontext
+    ops = backend_context(variant)
+    dtype = AMP_DTYPES[amp]
+
+    def autocast():
+        return torch.autocast(device.type, dtype=dtype, enabled=dtype is not None)
+
     if mode == 'infer':
         model.eval()
 
         def step():
-            with torch.inference_mode(), ops():
+            with torch.inference_mode(), ops(), autocast():
                 model(x)
         return step
 
     model.train()
     target = torch.randint(0, model.num_classes, (batch,), device=device)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    scaler = torch.amp.GradScaler(device.type, enabled=dtype is torch.float16)
+    losses = []
 
     def step():
         optimizer.zero_grad(set_to_none=True)
         with ops():
-            F.cross_entropy(model(x), target).backward()
-        optimizer.step()
+            with autocast():
+                loss = F.cross_entropy(model(x), target)
+            scaler.scale(loss).backward()
+        scaler.step(optimizer)
+        scaler.update()
+        losses.append(loss.detach())
+    step.losses = losses
     return step
+
+
+def loss_summary(step: Callable[[], None]) -> Dict:
+    """The final loss of a training step's iterations and whether all of them were finite (empty in inference)."""
+    losses = [float(loss) for loss in getattr(step, 'losses', [])]
+    if not losses:
+        return {}
+    return dict(final_loss=losses[-1], losses_finite=all(math.isfinite(v) for v in losses))
 
 
 def synchronize(device: torch.device):
@@ -297,11 +337,13 @@ def memory_worker(payload: str) -> Dict:
     try:
         spec, variant = parse_entry(job['spec'])
         step = make_step(spec, tuple(job['size']), job['batch'], job['mode'], device, variant,
-                         job.get('release_file'))
+                         job.get('release_file'), job.get('amp', 'none'))
         gc.collect()
         if device.type == 'cuda':
             synchronize(device)
             built = torch.cuda.memory_allocated(device) / 2 ** 20
+            step()  # Triton's autotuning allocates benchmark buffers in the first call only
+            synchronize(device)
             torch.cuda.reset_peak_memory_stats(device)
         else:
             built = _rss_mb() if _reset_peak_rss() else None
@@ -328,7 +370,7 @@ def memory_env(mmap_threshold: Optional[int] = None) -> Dict[str, str]:
 
 def measure_memory(spec: str, size: Tuple[int, int], batch: int, args: argparse.Namespace) -> Dict:
     job = dict(spec=spec, size=size, batch=batch, mode=args.mode, device=args.device, threads=args.threads,
-               release_file=None if args.release_file is None else str(args.release_file))
+               release_file=None if args.release_file is None else str(args.release_file), amp=args.amp)
     env = memory_env(args.memory_mmap_threshold)
     proc = subprocess.run([sys.executable, __file__, '--memory-worker', json.dumps(job)],
                           capture_output=True, text=True, env=env)
@@ -343,13 +385,13 @@ def measure_memory(spec: str, size: Tuple[int, int], batch: int, args: argparse.
 # ----------------------------------------------------------------------------------------------
 def time_size(specs: Sequence[Tuple[ModelSpec, Optional[str]]], size: Tuple[int, int], batch: int,
               args: argparse.Namespace,
-              device: torch.device) -> Tuple[Dict[str, List[float]], Dict[str, str], Dict]:
-    """Warm up every model, then time ``repeats`` alternating rounds: per-model samples (ms),
-    the models that could not run ('n/a' reasons) and the machine's contention meanwhile."""
+              device: torch.device) -> Tuple[Dict[str, List[float]], Dict[str, Dict], Dict[str, str], Dict]:
+    """Warm up every model, then time ``repeats`` alternating rounds: per-model samples (ms), their losses
+    (:func:`loss_summary`), the models that could not run ('n/a' reasons) and the machine's contention meanwhile."""
     steps, failed = {}, {}
     for spec, variant in tqdm(specs, desc=f'build {size[0]}x{size[1]} b{batch}', leave=False):
         try:
-            step = make_step(spec, size, batch, args.mode, device, variant, args.release_file)
+            step = make_step(spec, size, batch, args.mode, device, variant, args.release_file, args.amp)
             for _ in range(args.warmup):
                 step()
             steps[spec.label] = step
@@ -363,11 +405,12 @@ def time_size(specs: Sequence[Tuple[ModelSpec, Optional[str]]], size: Tuple[int,
             for label, step in steps.items():
                 samples[label].append(timed(step, device))
                 bar.update()
+    losses = {label: loss_summary(step) for label, step in steps.items()}
     del steps
     gc.collect()
     if device.type == 'cuda':
         torch.cuda.empty_cache()
-    return samples, failed, contention.as_dict()
+    return samples, losses, failed, contention.as_dict()
 
 
 def summarize(samples: List[float], batch: int) -> Dict:
@@ -431,23 +474,24 @@ def run(args: argparse.Namespace) -> Dict:
 
     meta = dict(
         device=device.type, device_name=device_name(device), threads=torch.get_num_threads(), mode=args.mode,
-        warmup=args.warmup, repeats=args.repeats, baseline=baseline, torch=torch.__version__, timm=timm.__version__,
+        amp=args.amp, warmup=args.warmup, repeats=args.repeats, baseline=baseline, torch=torch.__version__,
+        timm=timm.__version__,
         malloc_timing=('mallopt M_MMAP_MAX=0, M_TRIM_THRESHOLD=-1 (no per-tensor mmap, no trimming)' if malloc_tuned
                        else 'defaults (env: ' + ', '.join(f'{k}={os.environ.get(k)}' for k in
                                                          ('MALLOC_MMAP_MAX_', 'MALLOC_TRIM_THRESHOLD_')) + ')'),
-        memory=('torch.cuda.max_memory_allocated' if device.type == 'cuda' else
+        memory=('torch.cuda.max_memory_allocated, iterations 2-3' if device.type == 'cuda' else
                 'peak RSS (VmHWM) above the post-import baseline, fresh process, ' +
                 ('glibc defaults' if args.memory_mmap_threshold is None else
                  f'MALLOC_MMAP_THRESHOLD_={args.memory_mmap_threshold}')),
         extra_memory=('max_memory_allocated - memory_allocated after the build' if device.type == 'cuda' else
                       'VmHWM (reset by /proc/self/clear_refs after the build) - VmRSS after the build'),
-        nala_op='fast (nalaformer.ops.nala_fast)' if nala_fast.fast_op_enabled() else 'reference (nala.py)',
+        nala_backend=nala_backend(),
         release_file=None if args.release_file is None else str(args.release_file),
         started=time.strftime('%Y-%m-%d %H:%M:%S'), load_at_start=[round(v, 2) for v in os.getloadavg()],
     )
     results = []
     for size, batch in zip(sizes, batches):
-        samples, failed, contention = time_size(specs, size, batch, args, device)
+        samples, losses, failed, contention = time_size(specs, size, batch, args, device)
         if contention['other_busy_cores'] is not None and contention['other_busy_cores'] > CONTENTION_CORES:
             print(f"warning: other processes kept {contention['other_busy_cores']:.2f} cores busy while timing "
                   f"{size[0]}x{size[1]}; load {contention['load_before']} -> {contention['load_after']}",
@@ -457,7 +501,8 @@ def run(args: argparse.Namespace) -> Dict:
             if spec.label in failed:
                 row.update(status='n/a', reason=failed[spec.label], median_ms=None, peak_mb=None, extra_mb=None)
             else:
-                row.update(status='ok', **summarize(samples[spec.label], batch), peak_mb=None, extra_mb=None)
+                row.update(status='ok', **summarize(samples[spec.label], batch), **losses[spec.label], peak_mb=None,
+                           extra_mb=None)
             results.append(row)
     if not args.no_memory:
         jobs = [r for r in results if r['status'] == 'ok']
@@ -480,14 +525,20 @@ def _fmt(value: Optional[float], spec: str) -> str:
 
 
 def markdown_table(report: Dict) -> str:
+    train = report['meta']['mode'] == 'train'
     lines = [f"| model | size | batch | latency ms, median (IQR) | img/s | x {report['meta']['baseline']} "
-             f"latency | peak MB | x memory | extra MB | x extra |", '|---|---|---|---|---|---|---|---|---|---|']
+             f"latency | peak MB | x memory | extra MB | x extra |" + (' final loss | finite |' if train else ''),
+             '|---|---|---|---|---|---|---|---|---|---|' + ('---|---|' if train else '')]
     for r in report['results']:
         latency = 'n/a' if r['median_ms'] is None else f"{r['median_ms']:.1f} ({r['q1_ms']:.1f}-{r['q3_ms']:.1f})"
-        lines.append(f"| {r['model']} | {r['size'][0]}x{r['size'][1]} | {r['batch']} | {latency} | "
-                     f"{_fmt(r.get('throughput'), '.1f')} | {_fmt(r['latency_ratio'], '.2f')} | "
-                     f"{_fmt(r['peak_mb'], '.0f')} | {_fmt(r['memory_ratio'], '.2f')} | "
-                     f"{_fmt(r.get('extra_mb'), '.0f')} | {_fmt(r.get('extra_ratio'), '.2f')} |")
+        line = (f"| {r['model']} | {r['size'][0]}x{r['size'][1]} | {r['batch']} | {latency} | "
+                f"{_fmt(r.get('throughput'), '.1f')} | {_fmt(r['latency_ratio'], '.2f')} | "
+                f"{_fmt(r['peak_mb'], '.0f')} | {_fmt(r['memory_ratio'], '.2f')} | "
+                f"{_fmt(r.get('extra_mb'), '.0f')} | {_fmt(r.get('extra_ratio'), '.2f')} |")
+        if train:
+            finite = r.get('losses_finite')
+            line += f" {_fmt(r.get('final_loss'), '.4f')} | {'n/a' if finite is None else 'yes' if finite else 'NO'} |"
+        lines.append(line)
     return '\n'.join(lines)
 
 

@@ -28,7 +28,6 @@ Examples::
         --out-json docs/nala_block_vs_softmax_cpu.json
 """
 import argparse
-import contextlib
 import gc
 import importlib.util
 import json
@@ -156,7 +155,7 @@ def block_model(method: str, args: argparse.Namespace) -> torch.nn.Module:
 def block_step(method: str, args: argparse.Namespace, tokens: int, mode: str = 'forward') -> Callable[[], None]:
     block = block_model(method, args)
     x = torch.randn(1, args.dim, *grid_of(tokens), generator=torch.Generator().manual_seed(0))
-    ops = nala_fast.use_reference_op if method == 'nala_reference' else contextlib.nullcontext
+    ops = bench.backend_context('reference' if method == 'nala_reference' else None)
 
     def step():
         with torch.inference_mode(), ops():

@@ -1,0 +1,87 @@
+#!/usr/bin/env bash
+# GPU acceptance of the fused NaLa kernel: one run of under 10 minutes on one H200 that tests the kernels in
+# compiled mode, times them against the PyTorch op and SDPA, times NaLaFormer-T's and UperNet-T's training on
+# them, and says which acceptance target is met, not met or not measured. Needs no network.
+#
+# Prepare, here (needs PyPI; again after changing a pinned version):
+#     bash scripts/prepare_gpu_bundle.sh        # wheels into .gpu_bundle/ (git-ignored, ~8 MB)
+# Run, from the repository root, on a machine with a CUDA GPU whose python3 (3.12) has torch, triton, pytest,
+# pytest-timeout, numpy, scipy, matplotlib, tqdm, opencv and huggingface_hub (the bundle brings the rest):
+#     OUT=runs/gpu_acceptance bash scripts/gpu_acceptance.sh
+# With this workplace's device tool ($OUT is set there; .gpu_bundle/ is ignored, so it must be carried):
+#     run(command='bash scripts/gpu_acceptance.sh', carry=['.gpu_bundle'], timeout_s=600)
+#
+# Steps, each under `timeout` with its budget in seconds (560 in all, Triton compilation and autotuning included):
+#   install 40        the bundle's wheels into $SITE (pip --target, no index); nalaformer runs from this tree
+#   environment 20    versions, the GPU, every import the steps need
+#   kernels 110       fused kernel vs PyTorch op vs SDPA, forward and forward+backward, bf16, at the shape of
+#                     NaLaFormer-T's stage 1 (1 head of 64): 64 x 3,136, 8 x 16,384 and 2 x 65,536 tokens
+#   train_bf16 130    NaLaFormer-T training step at 224, batch 64, AMP bf16, PyTorch op vs fused kernel
+#                     (img/s; max memory in a fresh process each; losses)
+#   kernel_tests 120  tests/test_triton_kernels.py on the GPU, compiled (TRITON_INTERPRET=0); after the timings,
+#                     which only a GPU can give (the benchmark's --check compares fused with the PyTorch op first)
+#   upernet_bf16 60   UperNet-T at 512x512, batch 2, AMP bf16: 2 + 5 training iterations (random data)
+#   train_fp16 60     the train_bf16 step with AMP fp16 (GradScaler), 1 + 3 steps each: losses finite
+#   summary 20        tools/analysis/gpu_acceptance_summary.py
+# Writes to $OUT: summary.txt and summary.json (figures, each target and check, every step's report),
+# run.log (everything printed), benchmark_kernels.png and steps.tar.gz (the steps' own outputs).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:?set OUT to the folder for the results}
+SITE=${SITE:-/tmp/gpu_acceptance_site}
+mkdir -p "$OUT"
+WORK=$(mktemp -d "${TMPDIR:-/tmp}/gpu_acceptance.XXXXXX")  # the steps' outputs, kept as $OUT/steps.tar.gz
+trap 'rm -rf "$WORK"' EXIT
+LOG="$OUT/run.log"
+: >"$LOG"
+export TRITON_INTERPRET=0 PYTHONUNBUFFERED=1 TQDM_DISABLE=1
+unset NALAFORMER_NALA_BACKEND  # unprefixed models run on the default backend, the PyTorch op
+
+step() {  # step NAME BUDGET COMMAND...: COMMAND under timeout, its output logged; exit code and time to steps.tsv
+    local name=$1 budget=$2 start=$SECONDS rc
+    shift 2
+    echo "== $name (at most $budget s, $(date +%T)): $*" | tee -a "$LOG"
+    timeout -k 5 "$budget" "$@" 2>&1 | tee -a "$LOG"
+    rc=${PIPESTATUS[0]}
+    printf '%s\t%d\t%d\t%d\n' "$name" "$rc" $((SECONDS - start)) "$budget" >>"$WORK/steps.tsv"
+    echo "== $name: exit $rc after $((SECONDS - start)) s" | tee -a "$LOG"
+}
+TRAIN=(python3 tools/analysis/benchmark.py --device cuda --mode train --sizes 224 --batch-sizes 64
+       --models nalaformer_t fused:nalaformer_t)
+
+[[ -d .gpu_bundle ]] || echo "no .gpu_bundle/: run scripts/prepare_gpu_bundle.sh where PyPI is reachable and carry it" \
+    | tee -a "$LOG"
+step install 40 python3 -m pip install -q --no-index --no-deps --no-compile --target "$SITE" --upgrade .gpu_bundle/*.whl
+if [[ ! -e nalaformer/kernels ]]; then  # where the package expects its kernels (setup.py maps kernels/ there)
+    ln -s ../kernels nalaformer/kernels
+    trap 'rm -rf "$WORK" nalaformer/kernels' EXIT
+fi
+export PYTHONPATH="$SITE:$PWD"
+
+nvidia-smi --query-gpu=name,memory.total,clocks.max.sm,clocks.max.mem,driver_version --format=csv 2>&1 | tee -a "$LOG"
+step environment 20 python3 -c '
+import sys, torch, triton, timm, pytest
+import nalaformer.kernels.nala_triton
+from nalaformer.mmcv_build import allow_mmcv_lite
+lite = allow_mmcv_lite()
+import mmcv, mmengine, mmseg, mmseg.utils
+print("python", sys.version.split()[0], "torch", torch.__version__, "triton", triton.__version__,
+      "timm", timm.__version__, "mmcv", mmcv.__version__, "(no compiled ops)" if lite else "",
+      "mmengine", mmengine.__version__, "mmseg", mmseg.__version__,
+      "| CUDA:", torch.cuda.is_available() and torch.cuda.get_device_name())'
+
+step kernels 110 python3 tools/analysis/benchmark_kernels.py --device cuda --dtype bfloat16 --check \
+    --shapes 64x1x3136x64 8x1x16384x64 2x1x65536x64 --methods fused torch sdpa --warmup 5 --repeats 20 \
+    --out-dir "$WORK/kernels"
+step train_bf16 130 "${TRAIN[@]}" --amp bf16 --warmup 3 --repeats 10 \
+    --out-json "$WORK/train_bf16.json" --out-png "$WORK/train_bf16.png"
+step kernel_tests 120 python3 -m pytest -q tests/test_triton_kernels.py --junitxml="$WORK/kernel_tests.xml"
+step upernet_bf16 60 python3 tools/analysis/benchmark_segmentor.py --device cuda --amp bf16 --size 512 \
+    --warmup 2 --repeats 5 --out-json "$WORK/upernet_bf16.json"
+step train_fp16 60 "${TRAIN[@]}" --amp fp16 --warmup 1 --repeats 3 --no-memory \
+    --out-json "$WORK/train_fp16.json" --out-png "$WORK/train_fp16.png"
+step summary 20 python3 tools/analysis/gpu_acceptance_summary.py "$WORK" --out-dir "$OUT"
+
+cp "$WORK/kernels/benchmark_kernels.png" "$OUT/" 2>/dev/null
+tar -czf "$OUT/steps.tar.gz" -C "$WORK" .
+echo "wrote $OUT: $(ls "$OUT" | tr '\n' ' ')" | tee -a "$LOG"

@@ -1,0 +1,176 @@
+"""scripts/gpu_acceptance.sh's summary (tools/analysis/gpu_acceptance_summary.py) on fabricated and real step
+outputs, and the script's steps: what they write is what the summary reads, within the time budget."""
+import importlib.util
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPT = ROOT / 'scripts' / 'gpu_acceptance.sh'
+
+
+def load_tool(name: str):
+    spec = importlib.util.spec_from_file_location(name, ROOT / 'tools' / 'analysis' / f'{name}.py')
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope='module')
+def summary_tool():
+    return load_tool('gpu_acceptance_summary')
+
+
+def kernel_row(batch, tokens, method, mode, ms, x_bound=None):
+    return dict(batch=batch, heads=1, tokens=tokens, head_dim=64, method=method, mode=mode, status='ok', ms=ms,
+                peak_mib=10.0, bandwidth_gbs=1000.0, x_bound=x_bound)
+
+
+def training_report(amp, torch_row, fused_row):
+    rows = [dict(model='nalaformer_t', size=[224, 224], batch=64, status='ok', **torch_row),
+            dict(model='fused:nalaformer_t', size=[224, 224], batch=64, status='ok', **fused_row)]
+    return dict(meta=dict(baseline='nalaformer_t', amp=amp, repeats=10, device_name='NVIDIA H200',
+                          torch='2.11.0+cu130', timm='1.0.31'), results=rows)
+
+
+def write_work(work: Path, files: dict, steps: dict):
+    for name, content in files.items():
+        path = work / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(content if isinstance(content, str) else json.dumps(content))
+    (work / 'steps.tsv').write_text(''.join(f'{name}\t{rc}\t{seconds}\t{budget}\n'
+                                            for name, (rc, seconds, budget) in steps.items()))
+
+
+JUNIT = ('<?xml version="1.0" encoding="utf-8"?><testsuites><testsuite name="pytest" errors="0" failures="0" '
+         'skipped="1" tests="12" time="80.0"></testsuite></testsuites>')
+UPERNET = dict(meta=dict(size=[512, 512], batch=2, amp='bf16', mmcv_ops='stand-ins (mmcv-lite)'),
+               result=dict(status='ok', median_ms=150.0, throughput=13.3, peak_mb=9000.0, losses=[5.1, 5.0],
+                           final_loss=5.0, losses_finite=True))
+
+
+def statuses(summary):
+    return {o['name']: (o['status'], o['value']) for o in summary['targets'] + summary['checks']}
+
+
+def test_a_complete_run_gives_each_target_and_check_with_its_figures(summary_tool, tmp_path):
+    s = summary_tool
+    kernels = dict(device='NVIDIA H200', dtype='bfloat16', peak_bandwidth_gbs=4800.0, rows=[
+        kernel_row(2, 65536, 'torch', 'forward_backward', 10.0), kernel_row(2, 65536, 'fused', 'forward_backward', 1.5,
+                                                                            x_bound=4.5),
+        kernel_row(2, 65536, 'fused', 'forward', 0.5, x_bound=3.0), kernel_row(2, 65536, 'sdpa', 'forward', 3.0),
+        kernel_row(64, 3136, 'torch', 'forward_backward', 1.8), kernel_row(64, 3136, 'fused', 'forward_backward', 2.0),
+        kernel_row(8, 3136, 'torch', 'forward_backward', 0.1),  # another batch at 3,136 tokens: not the target's
+    ])
+    bf16 = training_report('bf16', dict(median_ms=64.0, throughput=1000.0, peak_mb=20000.0, final_loss=6.9,
+                                        losses_finite=True),
+                           dict(median_ms=45.7, throughput=1400.0, peak_mb=15000.0, final_loss=6.9, losses_finite=True))
+    fp16 = training_report('fp16', dict(median_ms=60.0, throughput=1066.0, peak_mb=None, final_loss=6.9,
+                                        losses_finite=True),
+                           dict(median_ms=44.0, throughput=1454.0, peak_mb=None, final_loss=float('nan'),
+                                losses_finite=False))
+    write_work(tmp_path, {'kernel_tests.xml': JUNIT, 'kernels/benchmark_kernels.json': kernels,
+                          'train_bf16.json': bf16, 'train_fp16.json': fp16, 'upernet_bf16.json': UPERNET},
+               {'install': (0, 5, 40), 'kernel_tests': (0, 80, 120), 'kernels': (0, 60, 110),
+                'train_bf16': (0, 100, 130), 'upernet_bf16': (0, 30, 60), 'train_fp16': (0, 40, 60)})
+    out = tmp_path / 'out'
+    assert s.main([str(tmp_path), '--out-dir', str(out)]) == 0
+    summary = json.loads((out / 'summary.json').read_text())
+    got = statuses(summary)
+    large, stage1, bound = s.KERNEL_TARGETS
+    speed, memory = s.TRAIN_TARGETS
+    assert got[large][0] == s.MET and got[large][1].startswith('6.67x')
+    assert got[stage1][0] == s.NOT_MET and got[stage1][1].startswith('1.11x')  # 2.0 ms against 1.8 ms
+    assert got[bound][0] == s.NOT_MET and '4.50x' in got[bound][1]  # forward+backward 4.5x the bound
+    assert got[speed][0] == s.MET and got[speed][1].startswith('1.40x')
+    assert got[memory][0] == s.NOT_MET and got[memory][1].startswith('0.75x')
+    assert got[s.CHECKS['kernel_tests']] == (s.MET, '11 passed, 0 failed, 0 errors, 1 skipped')
+    assert got[s.CHECKS['train_bf16']][0] == s.MET
+    assert got[s.CHECKS['train_fp16']] == (s.NOT_MET, 'fused:nalaformer_t: non-finite loss')
+    assert got[s.CHECKS['upernet_bf16']][0] == s.MET and '150.0 ms/iteration' in got[s.CHECKS['upernet_bf16']][1]
+    assert summary['device'] == 'NVIDIA H200' and summary['reports']['train_bf16'] == bf16
+    text = (out / 'summary.txt').read_text()
+    assert f'met           {large}: 6.67x' in text and f'not met       {memory}: 0.75x' in text
+    assert '2x1x65536x64' in text and 'fused:nalaformer_t' in text and 'in all 315 s of 520 s' in text
+
+
+def test_failed_late_and_malformed_steps_are_not_measured_with_the_reason(summary_tool, tmp_path):
+    s = summary_tool
+    write_work(tmp_path, {'train_bf16.json': '{"meta": {', 'upernet_bf16.json': {'meta': {}},
+                          'kernel_tests.xml': JUNIT.replace('failures="0"', 'failures="2"')},
+               {'kernel_tests': (1, 90, 120), 'kernels': (124, 110, 110), 'train_bf16': (0, 100, 130),
+                'upernet_bf16': (0, 20, 60)})
+    got = statuses(s.summarise(tmp_path))
+    for name in s.KERNEL_TARGETS:
+        assert got[name] == (s.NOT_MEASURED, "step 'kernels' ran out of its 110 s")
+    for name in s.TRAIN_TARGETS:
+        assert got[name][0] == s.NOT_MEASURED and 'train_bf16.json is unreadable' in got[name][1]
+    assert got[s.CHECKS['kernel_tests']][0] == s.NOT_MET  # its XML is read although pytest exited 1
+    assert got[s.CHECKS['train_fp16']] == (s.NOT_MEASURED, "step 'train_fp16' did not run")
+    assert got[s.CHECKS['upernet_bf16']][0] == s.NOT_MEASURED
+    assert 'unexpected report contents' in got[s.CHECKS['upernet_bf16']][1]
+    assert "step 'kernels' ran out of its 110 s" in s.render(s.summarise(tmp_path))
+
+
+def test_bandwidth_target_needs_the_bound_and_all_skipped_tests_are_not_a_pass(summary_tool, tmp_path):
+    s = summary_tool
+    rows = [kernel_row(2, 65536, 'fused', mode, 1.0) for mode in ('forward', 'forward_backward')]  # no x_bound
+    write_work(tmp_path, {'kernels/benchmark_kernels.json': dict(device='GPU X', peak_bandwidth_gbs=None, rows=rows),
+                          'kernel_tests.xml': JUNIT.replace('skipped="1"', 'skipped="12"')},
+               {'kernel_tests': (0, 5, 120), 'kernels': (0, 30, 110)})
+    got = statuses(s.summarise(tmp_path))
+    assert got[s.KERNEL_TARGETS[2]][0] == s.NOT_MEASURED and 'GPU X' in got[s.KERNEL_TARGETS[2]][1]
+    assert got[s.KERNEL_TARGETS[0]][0] == s.NOT_MEASURED  # no torch row to compare with
+    assert got[s.CHECKS['kernel_tests']] == (s.NOT_MEASURED, '0 passed, 0 failed, 0 errors, 12 skipped: none ran')
+
+
+def script_steps():
+    """(name, budget) of each `step NAME BUDGET ...` line of the script, and of its header's list."""
+    text = SCRIPT.read_text()
+    steps = [(m[1], int(m[2])) for m in re.finditer(r'^step (\w+) (\d+) ', text, re.M)]
+    header = [(m[1], int(m[2])) for m in re.finditer(r'^#   (\w+) (\d+) ', text, re.M)]
+    return text, steps, header
+
+
+def test_the_script_writes_what_the_summary_reads_within_its_budget(summary_tool):
+    text, steps, header = script_steps()
+    assert steps == header  # the header says what the script does
+    total = sum(budget for _, budget in steps)
+    assert total < 9.5 * 60 and f'({total} in all' in text
+    names = [name for name, _ in steps]
+    for step, file in summary_tool.FILES.items():
+        assert step in names
+        folder = str(Path(file).parent)
+        assert f'"$WORK/{file}"' in text or (folder != '.' and f'"$WORK/{folder}"' in text), file
+    assert 'gpu_acceptance_summary.py "$WORK" --out-dir "$OUT"' in text
+    assert names[-1] == 'summary' and names[0] == 'install'
+
+
+@pytest.mark.slow
+def test_the_summary_reads_the_tools_real_reports(summary_tool, tmp_path):
+    """benchmark.py's and benchmark_segmentor.py's own reports (CPU, tiny) through the summary."""
+    s = summary_tool
+    bench, segmentor = load_tool('benchmark'), load_tool('benchmark_segmentor')
+    assert bench.main(['--mode', 'train', '--amp', 'bf16', '--device', 'cpu', '--models', 'nalaformer_xt',
+                       'fused:nalaformer_xt', '--sizes', '32', '--batch-sizes', '2', '--warmup', '0', '--repeats', '1',
+                       '--no-memory', '--out-json', str(tmp_path / 'train_bf16.json'),
+                       '--out-png', str(tmp_path / 'train_bf16.png')]) == 0
+    config = tmp_path / 'upernet_tiny.py'
+    config.write_text(f"_base_ = ['{ROOT / 'configs/ade20k/upernet_nalaformer-t_8xb2-160k_ade20k-512x512.py'}']\n"
+                      "model = dict(backbone=dict(embed_dims=[16, 32, 48, 64], depths=[1, 1, 1, 1], "
+                      "num_heads=[1, 2, 3, 4]), decode_head=dict(in_channels=[16, 32, 48, 64], channels=32), "
+                      "auxiliary_head=dict(in_channels=48, channels=16))\n")
+    assert segmentor.main(['--config', str(config), '--device', 'cpu', '--size', '32', '--amp', 'bf16',
+                           '--warmup', '0', '--repeats', '1', '--out-json', str(tmp_path / 'upernet_bf16.json')]) == 0
+    (tmp_path / 'steps.tsv').write_text('train_bf16\t0\t20\t130\nupernet_bf16\t0\t10\t60\n')
+    summary = s.summarise(tmp_path)
+    got = statuses(summary)
+    rows = {r['model']: r for r in summary['reports']['train_bf16']['results']}
+    speed, memory = s.TRAIN_TARGETS
+    assert got[speed][0] in (s.MET, s.NOT_MET)
+    assert f"{rows['nalaformer_xt']['throughput']:.1f} img/s" in got[speed][1]
+    assert got[memory][0] == s.NOT_MEASURED  # --no-memory
+    assert got[s.CHECKS['train_bf16']][0] == s.MET and got[s.CHECKS['upernet_bf16']][0] == s.MET
+    assert 'nalaformer_xt' in s.render(summary)

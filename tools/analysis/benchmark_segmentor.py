@@ -1,0 +1,165 @@
+"""Training-iteration time, peak memory and losses of a segmentation config's model on random data.
+
+Builds the config's whole segmentor (UperNet on NaLaFormer-T by default; no pretrained weights, SyncBN as
+plain BatchNorm: one process) and runs ``--warmup`` untimed and ``--repeats`` timed training iterations on
+one fixed random batch of ``--size`` images and labels, each as tools/train.py's runner runs one:
+``model.train_step`` with the config's optimizer wrapper (``--amp`` as ``tools/train.py --amp``: autocast,
+and dynamic loss scaling on a GPU). Reports the median time per iteration with its IQR, img/s, the peak
+memory (CUDA: ``torch.cuda.max_memory_allocated`` over the timed iterations; CPU: not measured), every
+iteration's loss and whether all were finite. ``--backend`` sets the NaLa backend of the backbone's
+``nala`` stages (default: the current one, the PyTorch operator unless NALAFORMER_NALA_BACKEND says otherwise).
+
+mmsegmentation must be installed; mmcv without compiled ops (mmcv-lite) is enough
+(:func:`nalaformer.mmcv_build.allow_mmcv_lite`). Examples::
+
+    python tools/analysis/benchmark_segmentor.py --device cuda --amp bf16 --out-json runs/upernet_t.json
+    python tools/analysis/benchmark_segmentor.py --device cpu --size 64 --warmup 1 --repeats 2
+"""
+import argparse
+import contextlib
+import importlib.util
+import json
+import math
+import sys
+import time
+from pathlib import Path
+from typing import Dict, Optional, Sequence
+
+import torch
+
+from nalaformer.analysis.cli import run_cli
+from nalaformer.analysis.models import parse_size
+from nalaformer.mmcv_build import allow_mmcv_lite
+from nalaformer.ops import BACKENDS, nala_backend, use_nala_backend
+
+_spec = importlib.util.spec_from_file_location('benchmark_tool', Path(__file__).with_name('benchmark.py'))
+bench = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(bench)
+
+ROOT = Path(__file__).resolve().parents[2]
+DEFAULT_CONFIG = ROOT / 'configs' / 'ade20k' / 'upernet_nalaformer-t_8xb2-160k_ade20k-512x512.py'
+
+
+def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+    parser.add_argument('--config', type=Path, default=DEFAULT_CONFIG, help='segmentation config (mmseg scope)')
+    parser.add_argument('--size', default='512', help='input size: 512 or HxW (the crop the model pads to)')
+    parser.add_argument('--batch', type=int, default=None, help="images per iteration (default: the config's)")
+    parser.add_argument('--amp', choices=tuple(bench.AMP_DTYPES), default='none')
+    parser.add_argument('--backend', choices=BACKENDS, default=None, help='NaLa backend (default: the current one)')
+    parser.add_argument('--device', default='cuda' if torch.cuda.is_available() else 'cpu', choices=('cpu', 'cuda'))
+    parser.add_argument('--warmup', type=int, default=2, help='untimed iterations')
+    parser.add_argument('--repeats', type=int, default=5, help='timed iterations')
+    parser.add_argument('--out-json', type=Path, default=Path('benchmark_segmentor.json'))
+    return parser.parse_args(argv)
+
+
+def import_mmseg() -> bool:
+    """Register mmseg's and our modules; True if mmcv's ops are stand-ins (mmcv-lite)."""
+    try:
+        lite = allow_mmcv_lite()
+        from mmseg.utils import register_all_modules
+        import nalaformer.dense  # noqa: F401  (NaLaBackbone in mmseg's registry)
+        import nalaformer.engine  # noqa: F401  (CPUAmpOptimWrapper)
+    except ImportError as e:
+        raise ValueError(f'this tool needs mmsegmentation, mmengine and mmcv (mmcv-lite is enough): {e}') from None
+    from mmengine.logging import MMLogger
+    MMLogger.get_instance('benchmark_segmentor', log_level='WARNING')  # not mmengine's per-parameter INFO lines
+    register_all_modules(init_default_scope=False)
+    return lite
+
+
+def build(args: argparse.Namespace, size, device: torch.device):
+    """The config's segmentor on ``device`` in training mode, its optimizer wrapper, and the config."""
+    from mmengine.model import revert_sync_batchnorm
+    from mmengine.optim import build_optim_wrapper
+    from mmengine.registry import MODELS, DefaultScope
+
+    from nalaformer.engine.launch import apply_amp, load_config
+    cfg = load_config(str(args.config))
+    if 'decode_head' not in cfg.model:
+        raise ValueError(f'{args.config}: not a segmentation config (its model has no decode_head)')
+    cfg.model.backbone.init_cfg = None
+    cfg.model.data_preprocessor.size = size
+    dtype = bench.AMP_DTYPES[args.amp]
+    if dtype is not None:
+        apply_amp(cfg, str(dtype).removeprefix('torch.'), device.type)  # 'bfloat16' / 'float16'
+    torch.manual_seed(0)
+    with DefaultScope.overwrite_default_scope(cfg.get('default_scope', 'mmseg')):
+        model = revert_sync_batchnorm(MODELS.build(cfg.model)).to(device).train()
+        optim_wrapper = build_optim_wrapper(model, cfg.optim_wrapper)
+    return model, optim_wrapper, cfg
+
+
+def random_batch(batch: int, size, num_classes: int) -> Dict:
+    """A data batch as the runner's dataloader gives it: uint8 images (3, H, W) and (1, H, W) label maps."""
+    from mmengine.structures import PixelData
+    from mmseg.structures import SegDataSample
+    g = torch.Generator().manual_seed(0)
+    inputs, samples = [], []
+    for _ in range(batch):
+        inputs.append(torch.randint(0, 256, (3, *size), generator=g, dtype=torch.uint8))
+        sample = SegDataSample(metainfo=dict(img_shape=size, ori_shape=size))
+        sample.gt_sem_seg = PixelData(data=torch.randint(0, num_classes, (1, *size), generator=g))
+        samples.append(sample)
+    return dict(inputs=inputs, data_samples=samples)
+
+
+def run(args: argparse.Namespace) -> Dict:
+    device = torch.device(args.device)
+    if device.type == 'cuda' and not torch.cuda.is_available():
+        raise ValueError('--device cuda: no CUDA device is available')
+    if args.repeats < 1 or args.warmup < 0 or (args.batch is not None and args.batch < 1):
+        raise ValueError('--repeats and --batch must be positive, --warmup not negative')
+    size = parse_size(args.size)
+    lite = import_mmseg()
+    model, optim_wrapper, cfg = build(args, size, device)
+    batch = args.batch or cfg.train_dataloader.batch_size
+    data = random_batch(batch, size, cfg.model.decode_head.num_classes)
+    losses = []
+
+    def step():
+        losses.append(model.train_step(data, optim_wrapper)['loss'].detach())
+
+    samples = []
+    with use_nala_backend(args.backend) if args.backend else contextlib.nullcontext():
+        backend = nala_backend()
+        for _ in range(args.warmup):
+            step()
+        if device.type == 'cuda':
+            bench.synchronize(device)
+            torch.cuda.reset_peak_memory_stats(device)
+        for _ in range(args.repeats):
+            samples.append(bench.timed(step, device))
+    values = [float(loss) for loss in losses]
+    import mmcv
+    import mmseg
+    meta = dict(config=str(args.config), size=list(size), batch=batch, amp=args.amp, device=device.type,
+                device_name=bench.device_name(device), nala_backend=backend, warmup=args.warmup,
+                repeats=args.repeats, optim_wrapper=type(optim_wrapper).__name__,
+                mmcv_ops='stand-ins (mmcv-lite)' if lite else 'compiled', torch=torch.__version__,
+                mmcv=mmcv.__version__, mmseg=mmseg.__version__, finished=time.strftime('%Y-%m-%d %H:%M:%S'),
+                memory='torch.cuda.max_memory_allocated over the timed iterations' if device.type == 'cuda' else
+                'not measured on CPU')
+    result = dict(status='ok', **bench.summarize(samples, batch),
+                  peak_mb=torch.cuda.max_memory_allocated(device) / 2 ** 20 if device.type == 'cuda' else None,
+                  losses=values, final_loss=values[-1], losses_finite=all(math.isfinite(v) for v in values))
+    return dict(meta=meta, result=result)
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    args = parse_args(argv)
+    report = run(args)
+    args.out_json.parent.mkdir(parents=True, exist_ok=True)
+    args.out_json.write_text(json.dumps(report, indent=2) + '\n')
+    meta, r = report['meta'], report['result']
+    print(f"{Path(meta['config']).name} {meta['size'][0]}x{meta['size'][1]} batch {meta['batch']}, amp {meta['amp']}, "
+          f"{meta['device_name']}, NaLa backend {meta['nala_backend']}, mmcv ops {meta['mmcv_ops']}: "
+          f"{r['median_ms']:.1f} ms/iteration (IQR {r['q1_ms']:.1f}-{r['q3_ms']:.1f}), {r['throughput']:.1f} img/s, "
+          f"peak {bench._fmt(r['peak_mb'], '.0f')} MiB, final loss {r['final_loss']:.4f}, "
+          f"losses finite: {'yes' if r['losses_finite'] else 'NO'}; wrote {args.out_json}")
+    return 0
+
+
+if __name__ == '__main__':
+    sys.exit(run_cli(main))
