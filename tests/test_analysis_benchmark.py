@@ -1,5 +1,4 @@
 """tools/analysis/benchmark.py: a tiny end-to-end run, its statistics and its error handling."""
-import importlib.util
 import json
 import subprocess
 import sys
@@ -7,16 +6,16 @@ from pathlib import Path
 
 import pytest
 
+from analysis_tools import load_tool
+from nalaformer.analysis.timing import summarize, timed
+
 ROOT = Path(__file__).resolve().parents[1]
 BENCHMARK = ROOT / 'tools' / 'analysis' / 'benchmark.py'
 
 
 @pytest.fixture(scope='module')
 def bench():
-    spec = importlib.util.spec_from_file_location('benchmark_tool', BENCHMARK)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_tool('benchmark')
 
 
 def run(*args):
@@ -50,7 +49,7 @@ def test_train_mode_step_keeps_its_losses(bench):
     from nalaformer.analysis.models import ModelSpec
     step = bench.make_step(ModelSpec('nalaformer_xt'), (32, 32), 2, 'train', torch.device('cpu'))
     step()
-    assert bench.timed(step, torch.device('cpu')) > 0
+    assert timed(step, torch.device('cpu')) > 0
     assert len(step.losses) == 2 and step.losses[0].dim() == 0
     summary = bench.loss_summary(step)
     assert summary['losses_finite'] and summary['final_loss'] == pytest.approx(float(step.losses[-1]))
@@ -107,7 +106,7 @@ def test_user_errors_exit_2(args, message):
 
 
 def test_statistics(bench):
-    stats = bench.summarize([4.0, 1.0, 3.0, 2.0, 5.0], batch=2)
+    stats = summarize([4.0, 1.0, 3.0, 2.0, 5.0], batch=2)
     assert (stats['median_ms'], stats['q1_ms'], stats['q3_ms'], stats['min_ms'], stats['max_ms']) == (3, 2, 4, 1, 5)
     assert stats['throughput'] == pytest.approx(2 / 3e-3)
     rows = [dict(model=m, size=[s, s], batch=b, median_ms=t, peak_mb=mem)
@@ -201,9 +200,7 @@ def test_block_benchmark_tiny_run_and_softmax_skip(tmp_path):
     assert all(r['status'] == 'ok' and r['size'] == 35 for r in report['results'])
     assert report['meta']['grids'] == {'35': [5, 7]}
 
-    spec = importlib.util.spec_from_file_location('benchmark_nala_op', NALA_OP)
-    tool = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(tool)
+    tool = load_tool('benchmark_nala_op')
     args = tool.parse_args(['--what', 'block'])
     assert tool.block_skip_reason('softmax', args, 10 ** 6).startswith('skipped')  # an 8 TB N x N matrix
     assert tool.block_skip_reason('sdpa', args, 10 ** 6) is None
@@ -220,16 +217,12 @@ def test_memory_workers_run_with_glibc_defaults_or_a_fixed_mmap_threshold(bench,
     assert bench.memory_env(131072)['MALLOC_MMAP_THRESHOLD_'] == '131072'
 
 
-SEGMENTOR = ROOT / 'tools' / 'analysis' / 'benchmark_segmentor.py'
 UPERNET_T = ROOT / 'configs' / 'ade20k' / 'upernet_nalaformer-t_8xb2-160k_ade20k-512x512.py'
 
 
 @pytest.fixture(scope='module')
 def segmentor_tool():
-    spec = importlib.util.spec_from_file_location('benchmark_segmentor', SEGMENTOR)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_tool('benchmark_segmentor')
 
 
 def test_segmentor_benchmark_trains_the_configs_model_with_amp(segmentor_tool, tmp_path):

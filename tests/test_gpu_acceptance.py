@@ -1,21 +1,15 @@
 """scripts/gpu_acceptance.sh's summary (tools/analysis/gpu_acceptance_summary.py) on fabricated and real step
 outputs, and the script's steps: what they write is what the summary reads, within the time budget."""
-import importlib.util
 import json
 import re
 from pathlib import Path
 
 import pytest
 
+from analysis_tools import load_tool
+
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / 'scripts' / 'gpu_acceptance.sh'
-
-
-def load_tool(name: str):
-    spec = importlib.util.spec_from_file_location(name, ROOT / 'tools' / 'analysis' / f'{name}.py')
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 @pytest.fixture(scope='module')

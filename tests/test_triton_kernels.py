@@ -11,7 +11,6 @@ import os
 
 os.environ.setdefault('TRITON_INTERPRET', '1')
 
-import importlib.util  # noqa: E402
 import json  # noqa: E402
 import subprocess  # noqa: E402
 import sys  # noqa: E402
@@ -23,6 +22,8 @@ import torch  # noqa: E402
 pytest.importorskip('triton')
 
 import timm  # noqa: E402
+
+from analysis_tools import load_tool  # noqa: E402
 
 from nalaformer.kernels import nala_triton  # noqa: E402
 from nalaformer.ops import (  # noqa: E402
@@ -398,9 +399,7 @@ def test_model_with_triton_stages_under_bf16_autocast():
 
 def test_benchmark_tool_smoke(tmp_path, capsys):
     """tools/analysis/benchmark_kernels.py --tiny writes valid JSON, a PNG and tables with every row measured."""
-    spec = importlib.util.spec_from_file_location('benchmark_kernels', ROOT / 'tools/analysis/benchmark_kernels.py')
-    tool = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(tool)
+    tool = load_tool('benchmark_kernels')
     tool.main(['--tiny', '--check', '--device', DEVICE, '--out-dir', str(tmp_path)])
     results = json.loads((tmp_path / 'benchmark_kernels.json').read_text())
     rows = results['rows']

@@ -49,9 +49,7 @@ import gc
 import json
 import math
 import os
-import platform
 import resource
-import statistics
 import subprocess
 import sys
 import time
@@ -67,6 +65,7 @@ from nalaformer.analysis.cli import run_cli
 from nalaformer.analysis.models import (
     ModelSpec, ModelSpecError, create_model, format_error, parse_model_spec, parse_size,
 )
+from nalaformer.analysis.timing import device_name, format_optional, summarize, synchronize, timed
 from nalaformer.ops import nala_backend, use_nala_backend
 
 DEFAULT_MODELS = (
@@ -216,20 +215,6 @@ def loss_summary(step: Callable[[], None]) -> Dict:
     return dict(final_loss=losses[-1], losses_finite=all(math.isfinite(v) for v in losses))
 
 
-def synchronize(device: torch.device):
-    if device.type == 'cuda':
-        torch.cuda.synchronize(device)
-
-
-def timed(step: Callable[[], None], device: torch.device) -> float:
-    """Wall time of one call of ``step`` in ms."""
-    synchronize(device)
-    start = time.perf_counter()
-    step()
-    synchronize(device)
-    return (time.perf_counter() - start) * 1e3
-
-
 # ----------------------------------------------------------------------------------------------
 # Machine state
 # ----------------------------------------------------------------------------------------------
@@ -278,16 +263,6 @@ def _system_busy_seconds() -> Optional[float]:
 def _own_cpu_seconds() -> float:
     usage = resource.getrusage(resource.RUSAGE_SELF)
     return usage.ru_utime + usage.ru_stime
-
-
-def device_name(device: torch.device) -> str:
-    if device.type == 'cuda':
-        return torch.cuda.get_device_name(device)
-    try:
-        with open('/proc/cpuinfo') as f:
-            return next(line.split(':', 1)[1].strip() for line in f if line.startswith('model name'))
-    except (OSError, StopIteration):
-        return platform.processor() or 'cpu'
 
 
 # ----------------------------------------------------------------------------------------------
@@ -413,13 +388,6 @@ def time_size(specs: Sequence[Tuple[ModelSpec, Optional[str]]], size: Tuple[int,
     return samples, losses, failed, contention.as_dict()
 
 
-def summarize(samples: List[float], batch: int) -> Dict:
-    """Median, quartiles and range (ms), and throughput (img/s) from per-iteration times."""
-    q1, median, q3 = statistics.quantiles(samples, n=4, method='inclusive') if len(samples) > 1 else samples * 3
-    return dict(median_ms=median, q1_ms=q1, q3_ms=q3, min_ms=min(samples), max_ms=max(samples),
-                samples=len(samples), throughput=batch * 1e3 / median)
-
-
 def add_ratios(results: List[Dict], baseline: str):
     """Latency and memory of each result relative to the baseline model at the same size and batch."""
     reference = {(tuple(r['size']), r['batch']): r for r in results if r['model'] == baseline}
@@ -520,10 +488,6 @@ def run(args: argparse.Namespace) -> Dict:
 # ----------------------------------------------------------------------------------------------
 # Output
 # ----------------------------------------------------------------------------------------------
-def _fmt(value: Optional[float], spec: str) -> str:
-    return 'n/a' if value is None else format(value, spec)
-
-
 def markdown_table(report: Dict) -> str:
     train = report['meta']['mode'] == 'train'
     lines = [f"| model | size | batch | latency ms, median (IQR) | img/s | x {report['meta']['baseline']} "
@@ -532,12 +496,12 @@ def markdown_table(report: Dict) -> str:
     for r in report['results']:
         latency = 'n/a' if r['median_ms'] is None else f"{r['median_ms']:.1f} ({r['q1_ms']:.1f}-{r['q3_ms']:.1f})"
         line = (f"| {r['model']} | {r['size'][0]}x{r['size'][1]} | {r['batch']} | {latency} | "
-                f"{_fmt(r.get('throughput'), '.1f')} | {_fmt(r['latency_ratio'], '.2f')} | "
-                f"{_fmt(r['peak_mb'], '.0f')} | {_fmt(r['memory_ratio'], '.2f')} | "
-                f"{_fmt(r.get('extra_mb'), '.0f')} | {_fmt(r.get('extra_ratio'), '.2f')} |")
+                f"{format_optional(r.get('throughput'), '.1f')} | {format_optional(r['latency_ratio'], '.2f')} | "
+                f"{format_optional(r['peak_mb'], '.0f')} | {format_optional(r['memory_ratio'], '.2f')} | "
+                f"{format_optional(r.get('extra_mb'), '.0f')} | {format_optional(r.get('extra_ratio'), '.2f')} |")
         if train:
             finite = r.get('losses_finite')
-            line += f" {_fmt(r.get('final_loss'), '.4f')} | {'n/a' if finite is None else 'yes' if finite else 'NO'} |"
+            line += f" {format_optional(r.get('final_loss'), '.4f')} | {'n/a' if finite is None else 'yes' if finite else 'NO'} |"
         lines.append(line)
     return '\n'.join(lines)
 
@@ -599,7 +563,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     for model, steps in report['growth'].items():
         for g in steps:
             print(f"{model}: {g['sizes'][0]} -> {g['sizes'][1]}: per 4x pixels, latency/image "
-                  f"x{g['latency_per_image_per_4x_pixels']:.2f}, memory x{_fmt(g['peak_memory_per_4x_pixels'], '.2f')}")
+                  f"x{g['latency_per_image_per_4x_pixels']:.2f}, memory x{format_optional(g['peak_memory_per_4x_pixels'], '.2f')}")
     print(f"load {report['meta']['load_at_start']} -> {report['meta']['load_at_end']}; "
           f"wrote {args.out_json} and {args.out_png}")
     return 0

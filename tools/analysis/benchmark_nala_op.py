@@ -41,6 +41,7 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 import torch
 
 from nalaformer.analysis.cli import run_cli
+from nalaformer.analysis.timing import device_name, format_optional, summarize, timed
 from nalaformer.models import NaLaAttention
 from nalaformer.ops import nala_fast
 from nalaformer.ops.nala import (
@@ -225,7 +226,7 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> Dict:
     malloc_tuned = bench.tune_malloc()
     sizes = args.sides if args.what == 'op' else args.tokens
     modes = args.modes if args.what == 'op' else ['forward']
-    meta = dict(what=args.what, argv=list(argv), device='cpu', device_name=bench.device_name(torch.device('cpu')),
+    meta = dict(what=args.what, argv=list(argv), device='cpu', device_name=device_name(torch.device('cpu')),
                 threads=torch.get_num_threads(), torch=torch.__version__, warmup=args.warmup, repeats=args.repeats,
                 malloc_timing='mallopt M_MMAP_MAX=0, M_TRIM_THRESHOLD=-1' if malloc_tuned else 'glibc defaults',
                 memory='VmHWM (reset after building the inputs) - VmRSS then, fresh process, ' +
@@ -258,13 +259,13 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> Dict:
             with bench.Contention() as contention:
                 for _ in range(args.repeats):
                     for method, step in steps.items():
-                        samples[method].append(bench.timed(step, torch.device('cpu')))
+                        samples[method].append(timed(step, torch.device('cpu')))
             steps.clear()
             gc.collect()
             for method in args.methods:
                 row = rows[method]
                 if method in samples:
-                    row.update(status='ok', **bench.summarize(samples[method], 1))
+                    row.update(status='ok', **summarize(samples[method], 1))
                     row.pop('throughput')
                 row.update(contention.as_dict())
                 results.append(row)
@@ -292,7 +293,7 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> Dict:
 
 
 def markdown_table(report: Dict) -> str:
-    fmt = bench._fmt
+    fmt = format_optional
     size_name = 'N' if report['meta']['what'] == 'block' else 'side'
     lines = [f"| method | {size_name} | mode | ms, median (IQR) | min ms | x {report['meta']['baseline']} | "
              f"extra MB | x memory |", '|---|---|---|---|---|---|---|---|']

@@ -29,6 +29,7 @@ import torch
 
 from nalaformer.analysis.cli import run_cli
 from nalaformer.analysis.models import parse_size
+from nalaformer.analysis.timing import device_name, format_optional, summarize, synchronize, timed
 from nalaformer.mmcv_build import allow_mmcv_lite
 from nalaformer.ops import BACKENDS, nala_backend, use_nala_backend
 
@@ -127,21 +128,21 @@ def run(args: argparse.Namespace) -> Dict:
         for _ in range(args.warmup):
             step()
         if device.type == 'cuda':
-            bench.synchronize(device)
+            synchronize(device)
             torch.cuda.reset_peak_memory_stats(device)
         for _ in range(args.repeats):
-            samples.append(bench.timed(step, device))
+            samples.append(timed(step, device))
     values = [float(loss) for loss in losses]
     import mmcv
     import mmseg
     meta = dict(config=str(args.config), size=list(size), batch=batch, amp=args.amp, device=device.type,
-                device_name=bench.device_name(device), nala_backend=backend, warmup=args.warmup,
+                device_name=device_name(device), nala_backend=backend, warmup=args.warmup,
                 repeats=args.repeats, optim_wrapper=type(optim_wrapper).__name__,
                 mmcv_ops='stand-ins (mmcv-lite)' if lite else 'compiled', torch=torch.__version__,
                 mmcv=mmcv.__version__, mmseg=mmseg.__version__, finished=time.strftime('%Y-%m-%d %H:%M:%S'),
                 memory='torch.cuda.max_memory_allocated over the timed iterations' if device.type == 'cuda' else
                 'not measured on CPU')
-    result = dict(status='ok', **bench.summarize(samples, batch),
+    result = dict(status='ok', **summarize(samples, batch),
                   peak_mb=torch.cuda.max_memory_allocated(device) / 2 ** 20 if device.type == 'cuda' else None,
                   losses=values, final_loss=values[-1], losses_finite=all(math.isfinite(v) for v in values))
     return dict(meta=meta, result=result)
@@ -156,7 +157,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     print(f"{Path(meta['config']).name} {meta['size'][0]}x{meta['size'][1]} batch {meta['batch']}, amp {meta['amp']}, "
           f"{meta['device_name']}, NaLa backend {meta['nala_backend']}, mmcv ops {meta['mmcv_ops']}: "
           f"{r['median_ms']:.1f} ms/iteration (IQR {r['q1_ms']:.1f}-{r['q3_ms']:.1f}), {r['throughput']:.1f} img/s, "
-          f"peak {bench._fmt(r['peak_mb'], '.0f')} MiB, final loss {r['final_loss']:.4f}, "
+          f"peak {format_optional(r['peak_mb'], '.0f')} MiB, final loss {r['final_loss']:.4f}, "
           f"losses finite: {'yes' if r['losses_finite'] else 'NO'}; wrote {args.out_json}")
     return 0
 
