@@ -467,10 +467,6 @@ class _Problem:
     def empty(self, *shape: int) -> torch.Tensor:
         return torch.empty(*shape, device=self.device, dtype=self.acc_dtype)
 
-    def launch(self, kernel, grid: Tuple[int, ...], *args) -> None:
-        """``kernel[grid](*args)`` with this problem's constants (tensors, then H, N, D, strides, alpha, ...)."""
-        kernel[grid](*args, **self.meta)
-
 
 def _strides(x: torch.Tensor) -> Tuple[int, int, int]:
     assert x.stride(-1) == 1, 'the head dim must be contiguous'
@@ -484,12 +480,13 @@ def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, rope: torch.Tenso
     tokens_per_range, ranges = p.token_ranges()
     partial_state = p.empty(p.bh, ranges, 2, p.block_d, p.dv_pad)
     partial_ksum = p.empty(p.bh, ranges, 2, p.block_d)
-    p.launch(_state_kernel, (p.bh, ranges, p.value_blocks), k, v, rope, partial_state, partial_ksum, p.heads, p.n,
-             p.d, *_strides(k), *_strides(v), p.alpha, tokens_per_range)
+    _state_kernel[(p.bh, ranges, p.value_blocks)](
+        k, v, rope, partial_state, partial_ksum, p.heads, p.n, p.d, *_strides(k), *_strides(v), p.alpha,
+        tokens_per_range, **p.meta)
     state, mean = partial_state.sum(1), partial_ksum.sum(1) / p.n
     out = p.empty(p.batch, p.heads, p.n, p.d)
-    p.launch(_output_kernel, (p.bh, p.token_blocks), q, rope, state, mean, out, p.heads, p.n, p.d, *_strides(q),
-             p.alpha)
+    _output_kernel[(p.bh, p.token_blocks)](
+        q, rope, state, mean, out, p.heads, p.n, p.d, *_strides(q), p.alpha, **p.meta)
     return out, state, mean
 
 
@@ -500,14 +497,17 @@ def backward(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tens
     p = _Problem(q, alpha)
     tokens_per_range, ranges = p.token_ranges()
     partial_dstate = p.empty(p.bh, ranges, 2, p.block_d, p.dv_pad)
-    p.launch(_dstate_kernel, (p.bh, ranges, p.value_blocks), q, dout, rope, mean, partial_dstate, p.heads, p.n,
-             p.d, *_strides(q), *_strides(dout), p.alpha, tokens_per_range)
+    _dstate_kernel[(p.bh, ranges, p.value_blocks)](
+        q, dout, rope, mean, partial_dstate, p.heads, p.n, p.d, *_strides(q), *_strides(dout), p.alpha,
+        tokens_per_range, **p.meta)
     dq = torch.empty_like(q, memory_format=torch.contiguous_format)
     partial_dmean = p.empty(p.bh, p.token_blocks, 2, p.block_d)
-    p.launch(_dq_kernel, (p.bh, p.token_blocks), q, dout, rope, state, mean, dq, partial_dmean, p.heads, p.n, p.d,
-             *_strides(q), *_strides(dout), p.alpha)
+    _dq_kernel[(p.bh, p.token_blocks)](
+        q, dout, rope, state, mean, dq, partial_dmean, p.heads, p.n, p.d, *_strides(q), *_strides(dout), p.alpha,
+        **p.meta)
     dk = torch.empty_like(k, memory_format=torch.contiguous_format)
     dv = torch.empty_like(v, memory_format=torch.contiguous_format)
-    p.launch(_dkv_kernel, (p.bh, p.token_blocks), k, v, rope, partial_dstate.sum(1), partial_dmean.sum(1), dk, dv,
-             p.heads, p.n, p.d, *_strides(k), *_strides(v), p.alpha)
+    _dkv_kernel[(p.bh, p.token_blocks)](
+        k, v, rope, partial_dstate.sum(1), partial_dmean.sum(1), dk, dv, p.heads, p.n, p.d, *_strides(k),
+        *_strides(v), p.alpha, **p.meta)
     return dq, dk, dv

@@ -11,7 +11,7 @@
 # With this workplace's device tool ($OUT is set there; .gpu_bundle/ is ignored, so it must be carried):
 #     run(command='bash scripts/gpu_acceptance.sh', carry=['.gpu_bundle'], timeout_s=600)
 #
-# Steps, each under `timeout` with its budget in seconds (560 in all, Triton compilation and autotuning included):
+# Steps, each under `timeout` with its budget in seconds (560 in all, Triton compilation included):
 #   install 40        the bundle's wheels into $SITE (pip --target, no index); nalaformer runs from this tree
 #   environment 20    versions, the GPU, every import the steps need
 #   kernels 110       fused kernel vs PyTorch op vs SDPA, forward and forward+backward, bf16, at the shape of

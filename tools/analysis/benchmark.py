@@ -5,7 +5,7 @@ of the machine hit all of them alike; results are medians with their IQR and min
 ratios to a baseline model measured in the same run. Peak memory comes from a fresh
 subprocess per (model, size): peak RSS (VmHWM) above the post-import baseline on CPU (default
 glibc allocator), ``torch.cuda.max_memory_allocated`` on CUDA (over two iterations after an untimed
-first one, whose Triton autotuning buffers would otherwise count); it includes the weights (and in
+first one, whose one-off allocations, e.g. cuBLAS / cuDNN workspaces, would otherwise count); it includes the weights (and in
 training the gradients and AdamW state). ``extra_mb`` is the peak above the built model, optimizer
 and input (VmHWM reset after the build), i.e. what the iterations add. glibc's dynamic mmap
 threshold makes RSS peaks move by ~10% between identical runs; ``--memory-mmap-threshold 131072``
@@ -317,7 +317,7 @@ def memory_worker(payload: str) -> Dict:
         if device.type == 'cuda':
             synchronize(device)
             built = torch.cuda.memory_allocated(device) / 2 ** 20
-            step()  # Triton's autotuning allocates benchmark buffers in the first call only
+            step()  # one-off allocations of a first call (library workspaces) are not an iteration's
             synchronize(device)
             torch.cuda.reset_peak_memory_stats(device)
         else:

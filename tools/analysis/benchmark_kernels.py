@@ -272,7 +272,8 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict:
     from nalaformer.kernels.nala_triton import interpreting  # importing nalaformer registers the kernels
     name, peak = peak_bandwidth(torch.device(args.device))
     jobs = [(shape, method, mode) for shape in args.shapes for method in args.methods for mode in MODES]
-    rows = [measure(args, method, shape, mode, peak) for shape, method, mode in tqdm(jobs, desc='benchmark', unit='run')]
+    rows = [measure(args, method, shape, mode, peak)
+            for shape, method, mode in tqdm(jobs, desc='benchmark', unit='run')]
     results = dict(device=name, dtype=args.dtype, peak_bandwidth_gbs=peak, triton_interpreter=interpreting(),
                    warmup=args.warmup, repeats=args.repeats, rows=rows)
     if args.check:
