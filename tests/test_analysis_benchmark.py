@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from analysis_tools import load_tool
-from nalaformer.analysis.timing import summarize, timed
+from nalaformer.analysis.measure import summarize, timed
 
 ROOT = Path(__file__).resolve().parents[1]
 BENCHMARK = ROOT / 'tools' / 'analysis' / 'benchmark.py'

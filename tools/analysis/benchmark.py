@@ -65,7 +65,9 @@ from nalaformer.analysis.cli import run_cli
 from nalaformer.analysis.models import (
     ModelSpec, ModelSpecError, create_model, format_error, parse_model_spec, parse_size,
 )
-from nalaformer.analysis.timing import device_name, format_optional, summarize, synchronize, timed
+from nalaformer.analysis.measure import (
+    device_name, format_optional, peak_rss_mb, reset_peak_rss, rss_mb, summarize, synchronize, timed,
+)
 from nalaformer.ops import nala_backend, use_nala_backend
 
 DEFAULT_MODELS = (
@@ -268,36 +270,6 @@ def _own_cpu_seconds() -> float:
 # ----------------------------------------------------------------------------------------------
 # Peak memory, one fresh process per (model, size)
 # ----------------------------------------------------------------------------------------------
-def _peak_rss_mb() -> float:
-    """Peak resident memory of this process image (MiB)."""
-    # VmHWM, not ru_maxrss: Linux carries ru_maxrss across fork + exec, so a worker started by a
-    # large timing process would start at the parent's peak.
-    try:
-        with open('/proc/self/status') as f:
-            return next(int(line.split()[1]) for line in f if line.startswith('VmHWM')) / 1024
-    except (OSError, StopIteration):
-        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-
-
-def _rss_mb() -> Optional[float]:
-    """Current resident memory (VmRSS, MiB)."""
-    try:
-        with open('/proc/self/status') as f:
-            return next(int(line.split()[1]) for line in f if line.startswith('VmRSS')) / 1024
-    except (OSError, StopIteration):
-        return None
-
-
-def _reset_peak_rss() -> bool:
-    """Reset VmHWM to the current RSS (Linux: write 5 to /proc/self/clear_refs)."""
-    try:
-        with open('/proc/self/clear_refs', 'w') as f:
-            f.write('5')
-        return True
-    except OSError:
-        return False
-
-
 def memory_worker(payload: str) -> Dict:
     """Run in a fresh process: peak memory (MiB) of two iterations of one model at one size.
 
@@ -308,7 +280,7 @@ def memory_worker(payload: str) -> Dict:
     device = torch.device(job['device'])
     if job['threads']:
         torch.set_num_threads(job['threads'])
-    baseline = _peak_rss_mb()
+    baseline = peak_rss_mb()
     try:
         spec, variant = parse_entry(job['spec'])
         step = make_step(spec, tuple(job['size']), job['batch'], job['mode'], device, variant,
@@ -321,7 +293,7 @@ def memory_worker(payload: str) -> Dict:
             synchronize(device)
             torch.cuda.reset_peak_memory_stats(device)
         else:
-            built = _rss_mb() if _reset_peak_rss() else None
+            built = rss_mb() if reset_peak_rss() else None
         for _ in range(2):  # the second training step also holds the optimizer state
             step()
         synchronize(device)
@@ -330,7 +302,7 @@ def memory_worker(payload: str) -> Dict:
     if device.type == 'cuda':
         peak = torch.cuda.max_memory_allocated(device) / 2 ** 20
         return dict(peak_mb=peak, extra_mb=peak - built)
-    peak = _peak_rss_mb()
+    peak = peak_rss_mb()
     return dict(peak_mb=peak - baseline, extra_mb=None if built is None else peak - built)
 
 

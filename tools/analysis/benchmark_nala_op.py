@@ -41,7 +41,9 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 import torch
 
 from nalaformer.analysis.cli import run_cli
-from nalaformer.analysis.timing import device_name, format_optional, summarize, timed
+from nalaformer.analysis.measure import (
+    device_name, format_optional, peak_rss_mb, reset_peak_rss, rss_mb, summarize, timed,
+)
 from nalaformer.models import NaLaAttention
 from nalaformer.ops import nala_fast
 from nalaformer.ops.nala import (
@@ -202,12 +204,12 @@ def memory_worker(payload: str) -> Dict:
         make({**job, 'size': 4 if args.what == 'op' else 16}, args)()  # libraries' one-off set-up, not counted
         step = make(job, args)
         gc.collect()
-        built = bench._rss_mb() if bench._reset_peak_rss() else None
+        built = rss_mb() if reset_peak_rss() else None
         for _ in range(2):
             step()
     except Exception as e:  # reported, not fatal
         return dict(error=f'{type(e).__name__}: {e}'[:300])
-    return dict(extra_mb=None if built is None else bench._peak_rss_mb() - built)
+    return dict(extra_mb=None if built is None else peak_rss_mb() - built)
 
 
 def measure_memory(job: Dict, argv: Sequence[str], mmap_threshold: Optional[int]) -> Dict:

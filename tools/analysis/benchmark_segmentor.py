@@ -29,7 +29,7 @@ import torch
 
 from nalaformer.analysis.cli import run_cli
 from nalaformer.analysis.models import parse_size
-from nalaformer.analysis.timing import device_name, format_optional, summarize, synchronize, timed
+from nalaformer.analysis.measure import device_name, format_optional, summarize, synchronize, timed
 from nalaformer.mmcv_build import allow_mmcv_lite
 from nalaformer.ops import BACKENDS, nala_backend, use_nala_backend
 
