@@ -344,11 +344,11 @@ def test_truncated_last_checkpoint_names_the_one_to_resume_from(relu_run, tiny_i
 
 
 @pytest.mark.slow
-def test_error_inside_training_keeps_its_traceback_and_names_the_image(tiny_imagefolder, tmp_path):
+def test_unreadable_validation_image_keeps_its_traceback_and_names_the_image(tiny_imagefolder, tmp_path):
     import shutil
     data = tmp_path / 'data'
     shutil.copytree(tiny_imagefolder, data)
-    broken = data / 'train' / 'class1' / '3.png'
+    broken = data / 'val' / 'class1' / '3.png'
     broken.write_bytes(b'not an image')
     result = train(tmp_path / 'w', data, epochs=1, check=False)
     assert result.returncode != 0

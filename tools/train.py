@@ -14,8 +14,9 @@ from mmengine.config import DictAction
 
 import nalaformer.engine  # noqa: F401  (registers models, datasets, hooks, metrics, runner)
 from nalaformer.checkpoint import CheckpointError
+from nalaformer.engine import DivergenceError, Preempted
 from nalaformer.engine.launch import (
-    ConfigError, apply_amp, build_runner, check_dataset_files, finalize_config, load_config,
+    ConfigError, apply_amp, apply_thread_policy, build_runner, check_dataset_files, finalize_config, load_config,
 )
 
 
@@ -29,6 +30,9 @@ def parse_args(argv=None):
                         help='mixed precision (attention math stays fp32); default bfloat16')
     parser.add_argument('--auto-scale-lr', action='store_true', help='scale lr by total batch / auto_scale_lr.base')
     parser.add_argument('--wandb', metavar='PROJECT', help='also log to Weights & Biases (WANDB_MODE=offline works)')
+    parser.add_argument('--threads', type=int, metavar='N',
+                        help="CPU threads (default: the config's env_cfg.threads, else the cores that other "
+                             "processes leave free; OMP_NUM_THREADS wins over both)")
     parser.add_argument('--cfg-options', nargs='+', action=DictAction, help='override config keys: key=value ...')
     parser.add_argument('--launcher', choices=['none', 'pytorch', 'slurm', 'mpi'], default='none')
     parser.add_argument('--local-rank', '--local_rank', type=int, default=0)
@@ -60,11 +64,17 @@ def main(argv=None):
     if args.wandb:
         add_wandb(cfg, args.wandb)
     check_dataset_files(cfg, ('train', 'val'))
-    build_runner(cfg).train()
+    threads = apply_thread_policy(cfg, args.threads)
+    runner = build_runner(cfg)
+    runner.logger.info(threads)
+    runner.train()
 
 
 if __name__ == '__main__':
     try:
         main()
-    except (ConfigError, CheckpointError) as e:  # what the user asked for is wrong; anything else keeps its traceback
+    except (ConfigError, CheckpointError, DivergenceError) as e:  # the user's to fix; anything else keeps its traceback
         sys.exit(f'error: {e}')
+    except Preempted as e:  # a checkpoint was written: exit as a signal-terminated process would
+        print(e, file=sys.stderr)
+        sys.exit(e.exit_code)

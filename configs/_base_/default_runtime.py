@@ -11,6 +11,11 @@ default_hooks = dict(
     checkpoint=dict(type='CheckpointHook', interval=1, max_keep_ckpts=3,
                     save_best='accuracy/top1', rule='greater'),
     sampler_seed=dict(type='DistSamplerSeedHook'),
+    # long runs: stop a diverging run before it writes bad weights (nalaformer/engine/guard.py), save and stop on
+    # SIGTERM (nalaformer/engine/preemption.py), replace unreadable training images up to a limit (engine/data.py)
+    nonfinite=dict(type='NonFiniteGuardHook', max_consecutive=3),
+    preemption=dict(type='PreemptionHook', signals=['SIGTERM']),
+    unreadable=dict(type='UnreadableImageHook', max_fraction=0.001, min_count=5),
 )
 custom_hooks = [
     # EMA decay 0.99996^(batch/512) per iteration (release recipe) at a global batch of 1024;
@@ -21,6 +26,7 @@ custom_hooks = [
 ]
 
 env_cfg = dict(
+    threads=None,  # CPU threads: None = the cores other processes leave free (nalaformer/threads.py)
     cudnn_benchmark=True,
     mp_cfg=dict(mp_start_method='fork', opencv_num_threads=0),
     dist_cfg=dict(backend='nccl'),

@@ -8,3 +8,6 @@ custom_hooks = [dict(type='ResumableCheckpointHook')]  # checkpoints load with t
 sync_bn = 'torch'  # the backbone's stem/downsampling BatchNorms synchronised across GPUs (heads use SyncBN)
 vis_backends = [dict(type='LocalVisBackend'), dict(type='TensorboardVisBackend')]  # scalars.json + TensorBoard
 visualizer = dict(vis_backends=vis_backends)
+# long runs: stop a diverging run before it writes bad weights, save and stop on SIGTERM (nalaformer/engine/)
+default_hooks = dict(nonfinite=dict(type='NonFiniteGuardHook', max_consecutive=3),
+                     preemption=dict(type='PreemptionHook', signals=['SIGTERM']))

@@ -7,6 +7,7 @@ from typing import Callable, List, Tuple
 
 import torch
 
+from ..threads import apply_threads
 from .entropy import capture_qk
 from .images import default_image_paths, load_images
 from .models import ModelSpecError, create_model, parse_model_spec, parse_size
@@ -34,6 +35,8 @@ def add_block_args(parser: argparse.ArgumentParser):
     parser.add_argument('--stage', type=int, default=0)
     parser.add_argument('--block', type=int, default=0)
     parser.add_argument('--seed', type=int, default=0, help='seed of the random init')
+    parser.add_argument('--threads', type=int, default=None,
+                        help='CPU threads (default: the cores other processes leave free; OMP_NUM_THREADS wins)')
 
 
 def block_qk(args: argparse.Namespace) -> Tuple[torch.Tensor, torch.Tensor, Tuple[int, int], torch.Tensor, List[str]]:
@@ -45,6 +48,7 @@ def block_qk(args: argparse.Namespace) -> Tuple[torch.Tensor, torch.Tensor, Tupl
     missing = [str(p) for p in paths if not p.is_file()]
     if missing:
         raise ModelSpecError(f'image files not found: {missing}')
+    print(apply_threads(args.threads).describe())
     torch.manual_seed(args.seed)
     model = create_model(spec, img_size=size, checkpoint=args.checkpoint)
     images, pixels = load_images(paths, size, model.pretrained_cfg['mean'], model.pretrained_cfg['std'])
