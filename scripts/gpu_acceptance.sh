@@ -22,10 +22,10 @@
 #                     which only a GPU can give (the benchmark's --check compares fused with the PyTorch op first)
 #   upernet_bf16 55   UperNet-T at 512x512, batch 2, AMP bf16: 2 + 5 training iterations (random data)
 #   train_fp16 50     the train_bf16 step with AMP fp16 (GradScaler), 1 + 3 steps each: losses finite
-#   sr 60             the whole NaLa-SR x2 network (nalasr_light), batch 1, LR 128x128, 256x256, 256x288 (16,384,
-#                     65,536, 73,728 tokens), inference and training step, global slot nala / SDPA / explicit
-#                     softmax / none, fp32 and bf16: CUDA max memory and latency (tools/analysis/benchmark_sr.py;
-#                     runs out of GPU memory are reported as such, without fake-tensor accounting, for time)
+#   sr 60             the whole NaLa-SR x2 network (nalasr_light), batch 1, LR 128x128 and 256x288 (16,384 and
+#                     73,728 tokens), inference and training step, global slot nala / SDPA / explicit softmax /
+#                     none, fp32 and bf16: CUDA max memory and latency (tools/analysis/benchmark_sr.py; a run that
+#                     does not fit the GPU is reported 'out of memory', not accounted on fake tensors, for time)
 #   summary 10        tools/analysis/gpu_acceptance_summary.py
 # Writes to $OUT: summary.txt and summary.json (figures, each target and check, every step's report),
 # run.log (everything printed), benchmark_kernels.png, benchmark_sr.png and steps.tar.gz (the steps' own outputs).
@@ -84,8 +84,8 @@ step upernet_bf16 55 python3 tools/analysis/benchmark_segmentor.py --device cuda
     --warmup 2 --repeats 5 --out-json "$WORK/upernet_bf16.json"
 step train_fp16 50 "${TRAIN[@]}" --amp fp16 --warmup 1 --repeats 3 --no-memory \
     --out-json "$WORK/train_fp16.json" --out-png "$WORK/train_fp16.png"
-step sr 60 python3 tools/analysis/benchmark_sr.py --device cuda --amp none bf16 --account none --warmup 1 \
-    --repeats 3 --out-dir "$WORK/sr"
+step sr 60 python3 tools/analysis/benchmark_sr.py --device cuda --amp none bf16 --sizes 128x128 256x288 \
+    --account none --warmup 1 --repeats 3 --out-dir "$WORK/sr"
 step summary 10 python3 tools/analysis/gpu_acceptance_summary.py "$WORK" --out-dir "$OUT"
 
 cp "$WORK/kernels/benchmark_kernels.png" "$WORK/sr/benchmark_sr.png" "$OUT/" 2>/dev/null

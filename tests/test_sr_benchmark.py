@@ -4,7 +4,6 @@ tools/analysis/benchmark_sr.py end to end at tiny sizes; its report through the 
 import json
 
 import pytest
-import timm
 import torch
 
 from analysis_tools import load_tool
@@ -100,6 +99,19 @@ def test_benchmark_measures_what_fits_and_accounts_the_rest(tool, tmp_path):
     assert ratio['time_ratio'] is None
     assert report['meta']['paper'] == {'memory_gb': [69.0, 5.3], 'latency_ms': [195.0, 124.0]}
     assert (tmp_path / 'benchmark_sr.png').stat().st_size > 0
+
+
+def test_runs_out_of_gpu_memory_are_reported_and_accounted(tool, monkeypatch):
+    # CUDA runs try first (--account unmeasured): one that fails for memory is neither timed nor measured.
+    args = tool.parse_args(['--tiny'])
+    run = dict(slot='softmax_explicit', mode='train', size=[24, 24], amp='none', accounted=None, measured=None,
+               fits=True, status='ok')
+    monkeypatch.setattr(tool, 'measure_memory', lambda run, args: dict(
+        error='OutOfMemoryError: CUDA out of memory. Tried to allocate 64.00 GiB'))
+    tool.add_measured(run, args)
+    assert run['status'] == 'out of memory' and run['fits'] is False and run['measured'] is None
+    tool.add_accounted(tool.parse_model_spec(args.model), run, args, budget=10 ** 6)
+    assert run['accounted']['peak_mb'] > 0 and run['status'] == 'out of memory'
 
 
 def test_benchmark_refuses_what_it_cannot_do(tool):

@@ -75,9 +75,10 @@ class LiveTensorMemory(TorchDispatchMode):
                 out = opdef._init_fn(*args, **kwargs)
         else:
             out = func(*args, **kwargs)
-        inputs = _storages((args, kwargs))
-        for tensor in tree_leaves(out):
-            if isinstance(tensor, torch.Tensor):
+        tensors = [t for t in tree_leaves(out) if isinstance(t, torch.Tensor)]
+        if tensors:  # (most calls are metadata queries such as prim.device: nothing to count)
+            inputs = _storages((args, kwargs))
+            for tensor in tensors:
                 self._count(tensor, inputs)
         return out
 

@@ -115,7 +115,7 @@ def make_step(spec: ModelSpec, slot: str, size: Tuple[int, int], mode: str, scal
               device: torch.device, amp: str, fake: bool = False) -> Callable[[], None]:
     """Build the model with ``attn_types=slot`` and a random LR batch; return one iteration.
 
-    Training: L1 loss against a random HR target, Adam (the recipe's betas), fp16 with a GradScaler (not under
+    Training: L1 loss against a random HR target, Adam (the recipe's lr and betas), fp16 with a GradScaler (not under
     ``fake`` tensors, whose values are unknown: the scaler only rescales in place).
     """
     torch.manual_seed(0)
@@ -357,7 +357,12 @@ def run_benchmark(args: argparse.Namespace, save: Callable[[Dict], None] = lambd
     if policy == 'all':
         for run in tqdm(runs, desc='accounted memory (fake tensors)'):
             add_accounted(spec, run, args, budget)
-    if not args.no_measure:
+    if args.no_measure:
+        for run in runs:
+            run['fits'] = False
+            if run['status'] == 'ok':
+                run['status'] = 'accounted only (--no-measure)'
+    else:
         for run in tqdm([r for r in runs if r['fits']], desc='measured memory'):
             add_measured(run, args)
             save(report())
