@@ -151,10 +151,6 @@ def make_step(spec: ModelSpec, slot: str, size: Tuple[int, int], mode: str, scal
     return step
 
 
-def run_key(run: Dict) -> str:
-    return f"{run['slot']} {run['mode']} {run['size'][0]}x{run['size'][1]} amp={run['amp']}"
-
-
 def account(spec: ModelSpec, run: Dict, args: argparse.Namespace) -> Dict:
     """Tensor memory of ``run`` counted on fake tensors (CPU device; CPU autocast for ``amp``)."""
     memory = fake_memory(lambda: make_step(spec, run['slot'], tuple(run['size']), run['mode'], args.scale,
