@@ -7,3 +7,4 @@ custom_imports = dict(imports=['nalaformer.dense', 'nalaformer.engine'], allow_f
 runner_type = 'NaLaRunner'
 custom_hooks = [dict(type='ResumableCheckpointHook')]
 default_hooks = dict(checkpoint=dict(interval=1, max_keep_ckpts=3))
+randomness = dict(seed=0, deterministic=False)  # one seed for every run, as for classification; randomness.seed=N
