@@ -52,8 +52,7 @@ def test_slurm_train_takes_work_dir_and_gpus_from_the_environment(stubs):
     assert call['argv'] == [
         '-p', 'gpu', '--job-name=upernet-t', '--gres=gpu:8', '--ntasks=16', '--ntasks-per-node=8',
         '--cpus-per-task=5', '--kill-on-bad-exit=1', '--quotatype=auto', '--exclusive',
-        'python', '-u', str(TOOLS / 'train.py'), CONFIG, '--work-dir', 'work_dirs/upernet-t', '--launcher', 'slurm',
-        '--amp']
+        'python', '-u', str(TOOLS / 'train.py'), CONFIG, '--work-dir=work_dirs/upernet-t', '--launcher=slurm', '--amp']
     assert call['pythonpath'].split(os.pathsep)[0] == str(ROOT)
 
 
@@ -64,8 +63,8 @@ def test_slurm_train_defaults_and_mmseg_style_call(stubs):
     assert result.returncode == 0, result.stderr
     assert call['argv'][:7] == ['-p', 'gpu', '--job-name=job', '--gres=gpu:4', '--ntasks=8', '--ntasks-per-node=4',
                                 '--cpus-per-task=10']
-    assert call['argv'][-5:] == [CONFIG, '--launcher', 'slurm', '--cfg-options', 'randomness.seed=1']
-    assert '--work-dir' not in call['argv']
+    assert call['argv'][-4:] == [CONFIG, '--launcher=slurm', '--cfg-options', 'randomness.seed=1']
+    assert not any(a.startswith('--work-dir') for a in call['argv'])
     result, [call] = stubs('slurm_train.sh', 'gpu', 'job', CONFIG, GPUS='2')  # fewer GPUs than a node
     assert call['argv'][3:6] == ['--gres=gpu:2', '--ntasks=2', '--ntasks-per-node=2']
 
@@ -81,8 +80,7 @@ def test_slurm_test(stubs):
     assert result.returncode == 0, result.stderr
     assert call['argv'] == [
         '-p', 'gpu', '--job-name=eval', '--gres=gpu:4', '--ntasks=4', '--ntasks-per-node=4', '--cpus-per-task=5',
-        '--kill-on-bad-exit=1', 'python', '-u', str(TOOLS / 'test.py'), CONFIG, 'ckpt.pth', '--launcher', 'slurm',
-        '--tta']
+        '--kill-on-bad-exit=1', 'python', '-u', str(TOOLS / 'test.py'), CONFIG, 'ckpt.pth', '--launcher=slurm', '--tta']
 
 
 def test_dist_train_multi_node(stubs):
@@ -91,8 +89,8 @@ def test_dist_train_multi_node(stubs):
     assert result.returncode == 0, result.stderr
     assert call['program'] == 'python'
     assert call['argv'] == [
-        '-m', 'torch.distributed.run', '--nnodes=2', '--node_rank=1', '--master_addr=10.1.1.1', '--master_port=29600',
-        '--nproc_per_node=8', str(TOOLS / 'train.py'), CONFIG, '--launcher', 'pytorch', '--auto-scale-lr']
+        '-m', 'torch.distributed.run', '--nnodes=2', '--node_rank=1', '--master_addr=10.1.1.1', '--nproc_per_node=8',
+        '--master_port=29600', str(TOOLS / 'train.py'), CONFIG, '--launcher', 'pytorch', '--auto-scale-lr']
     assert call['pythonpath'].split(os.pathsep)[0] == str(ROOT)
 
 
@@ -100,8 +98,8 @@ def test_dist_test_defaults(stubs):
     result, [call] = stubs('dist_test.sh', CONFIG, 'ckpt.pth', '2', '--show-dir', 'vis')
     assert result.returncode == 0, result.stderr
     assert call['argv'] == [
-        '-m', 'torch.distributed.run', '--nnodes=1', '--node_rank=0', '--master_addr=127.0.0.1', '--master_port=29500',
-        '--nproc_per_node=2', str(TOOLS / 'test.py'), CONFIG, 'ckpt.pth', '--launcher', 'pytorch', '--show-dir', 'vis']
+        '-m', 'torch.distributed.run', '--nnodes=1', '--node_rank=0', '--master_addr=127.0.0.1', '--nproc_per_node=2',
+        '--master_port=29500', str(TOOLS / 'test.py'), CONFIG, 'ckpt.pth', '--launcher', 'pytorch', '--show-dir', 'vis']
 
 
 @pytest.mark.parametrize('script, args', [('dist_train.sh', [CONFIG]), ('dist_test.sh', [CONFIG, 'ckpt.pth']),

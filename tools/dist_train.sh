@@ -17,7 +17,6 @@ GPUS=$2
 shift 2
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 PYTHONPATH="$ROOT:${PYTHONPATH:-}" exec "${PYTHON:-python}" -m torch.distributed.run \
-    --nnodes="${NNODES:-1}" --node_rank="${NODE_RANK:-0}" \
-    --master_addr="${MASTER_ADDR:-127.0.0.1}" --master_port="${PORT:-29500}" \
-    --nproc_per_node="$GPUS" \
+    --nnodes="${NNODES:-1}" --node_rank="${NODE_RANK:-0}" --master_addr="${MASTER_ADDR:-127.0.0.1}" \
+    --nproc_per_node="$GPUS" --master_port="${PORT:-29500}" \
     "$ROOT/tools/train.py" "$CONFIG" --launcher pytorch "$@"
