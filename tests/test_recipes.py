@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 from mmengine.config import Config
+from mmengine.hub import get_config
 from mmengine.optim import build_optim_wrapper
 from mmengine.registry import HOOKS, MODELS, DefaultScope
 
@@ -122,7 +123,7 @@ def test_mask_rcnn_3x_is_mmdets_swin_3x_protocol(variant):
     """Pipeline (with DETR's resize-crop branch) and schedule as mmdet's mask-rcnn_swin-t-p4-w7_fpn_ms-crop-3x."""
     pytest.importorskip('mmdet')
     ours = Config.fromfile(str(ROOT / f'configs/coco/mask-rcnn_nalaformer-{variant}_fpn_ms-3x_coco.py'))
-    swin = Config.fromfile('mmdet::swin/mask-rcnn_swin-t-p4-w7_fpn_ms-crop-3x_coco.py')
+    swin = get_config('mmdet::swin/mask-rcnn_swin-t-p4-w7_fpn_ms-crop-3x_coco.py')
 
     def resize_scales(transform):  # mmdet writes (short, long) with keep_ratio: the order carries no meaning
         return dict(transform, scales=sorted(tuple(sorted(s)) for s in transform.scales)) \
