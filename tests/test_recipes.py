@@ -172,3 +172,15 @@ DENSE = configs('ade20k', 'cityscapes', 'coco')
 def test_dense_runs_are_seeded(path):
     cfg = Config.fromfile(str(path))
     assert cfg.randomness.seed == 0
+
+
+NAMED_BATCH = [p for p in configs('nalaformer', 'swin_protocol', 'ade20k', 'cityscapes') if re.search(r'_\d+xb\d+', p.name)]
+
+
+@pytest.mark.parametrize('path', NAMED_BATCH, ids=ids(NAMED_BATCH))
+def test_auto_scale_lr_base_is_the_batch_the_lr_is_for(path):
+    """--auto-scale-lr leaves the lr alone at the batch the config's name states (GPUS x images per GPU)."""
+    cfg = Config.fromfile(str(path))
+    gpus, per_gpu = map(int, re.search(r'_(\d+)xb(\d+)', path.name).groups())
+    assert cfg.train_dataloader.batch_size == per_gpu
+    assert cfg.auto_scale_lr.base_batch_size == gpus * per_gpu
