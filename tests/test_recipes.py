@@ -174,7 +174,8 @@ def test_dense_runs_are_seeded(path):
     assert cfg.randomness.seed == 0
 
 
-NAMED_BATCH = [p for p in configs('nalaformer', 'swin_protocol', 'ade20k', 'cityscapes') if re.search(r'_\d+xb\d+', p.name)]
+NAMED_BATCH = [p for p in configs('nalaformer', 'swin_protocol', 'ade20k', 'cityscapes')
+               if re.search(r'_\d+xb\d+', p.name)]
 
 
 @pytest.mark.parametrize('path', NAMED_BATCH, ids=ids(NAMED_BATCH))

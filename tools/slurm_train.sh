@@ -33,4 +33,5 @@ ROOT=$(cd "$(dirname "$0")/.." && pwd)
 PYTHONPATH="$ROOT:${PYTHONPATH:-}" exec srun -p "$PARTITION" --job-name="$JOB_NAME" \
     --gres=gpu:"$GPUS_PER_NODE" --ntasks="$GPUS" --ntasks-per-node="$GPUS_PER_NODE" \
     --cpus-per-task="${CPUS_PER_TASK:-5}" --kill-on-bad-exit=1 ${SRUN_ARGS:-} \
-    "${PYTHON:-python}" -u "$ROOT/tools/train.py" "$CONFIG" ${WORK_DIR_ARGS[@]+"${WORK_DIR_ARGS[@]}"} --launcher=slurm "$@"
+    "${PYTHON:-python}" -u "$ROOT/tools/train.py" "$CONFIG" ${WORK_DIR_ARGS[@]+"${WORK_DIR_ARGS[@]}"} \
+    --launcher=slurm "$@"
