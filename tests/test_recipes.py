@@ -98,7 +98,6 @@ def test_swin_protocol_configs_decay_as_swin(path):
 
 @pytest.mark.parametrize('path', configs('coco'), ids=ids(configs('coco')))
 def test_coco_configs_decay_everything_as_pvt(path):
-    pytest.importorskip('mmdet')
     cfg = Config.fromfile(str(path))
     decay, _ = weight_decay_by_name(cfg)
     assert set(decay.values()) == {1e-4} and cfg.optim_wrapper.optimizer.lr == 1e-4
@@ -121,7 +120,6 @@ def test_segmentation_lr_per_image_is_the_cited_recipes(path):
 @pytest.mark.parametrize('variant', ['t', 's', 'b', 'xt'])
 def test_mask_rcnn_3x_is_mmdets_swin_3x_protocol(variant):
     """Pipeline (with DETR's resize-crop branch) and schedule as mmdet's mask-rcnn_swin-t-p4-w7_fpn_ms-crop-3x."""
-    pytest.importorskip('mmdet')
     ours = Config.fromfile(str(ROOT / f'configs/coco/mask-rcnn_nalaformer-{variant}_fpn_ms-3x_coco.py'))
     swin = get_config('mmdet::swin/mask-rcnn_swin-t-p4-w7_fpn_ms-crop-3x_coco.py')
 
