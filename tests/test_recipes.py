@@ -4,6 +4,8 @@ Sources: the release (ZacharyMeng/NaLaFormer NaLaformer/main.py: timm's create_o
 0.99996 ** (batch / 512)), Swin's set_weight_decay, PVT's COCO recipe, PoolFormer's/VAN's ADE20K Semantic FPN
 configs (lr 2e-4 at 8 x 4 images for 40k iterations) and mmdet's Swin 3x config.
 """
+import copy
+import functools
 import importlib
 import math
 import re
@@ -28,13 +30,19 @@ def ids(paths):
     return [p.name for p in paths]
 
 
+@functools.lru_cache(maxsize=None)
+def load(path):
+    """A config, parsed once for all the tests that read it (they do not change it)."""
+    return Config.fromfile(str(path))
+
+
 def build_model(cfg):
     for module in cfg.get('custom_imports', {}).get('imports', []):
         importlib.import_module(module)
     scope = cfg.get('default_scope')
     if scope:
         importlib.import_module(f'{scope}.utils').register_all_modules(init_default_scope=False)
-    model_cfg = cfg.model.copy()
+    model_cfg = copy.deepcopy(cfg.model)
     model_cfg.pop('pretrained', None)
     if (model_cfg.get('backbone') or {}).get('init_cfg'):
         model_cfg.backbone.init_cfg = None
@@ -64,7 +72,7 @@ def swin_rule(name, param):
 @pytest.mark.parametrize('path', configs('nalaformer', 'ade20k', 'cityscapes'),
                          ids=ids(configs('nalaformer', 'ade20k', 'cityscapes')))
 def test_nalaformer_configs_decay_as_the_release(path):
-    cfg = Config.fromfile(str(path))
+    cfg = load(path)
     base = cfg.optim_wrapper.optimizer.weight_decay
     decay, params = weight_decay_by_name(cfg)
     wrong = {n: d for n, d in decay.items() if d != (base if release_rule(n, params[n]) else 0.0)}
@@ -74,7 +82,7 @@ def test_nalaformer_configs_decay_as_the_release(path):
 
 
 def test_imagenet_recipe_is_the_release_one():
-    cfg = Config.fromfile(str(ROOT / 'configs/nalaformer/nalaformer-t_8xb128_in1k.py'))
+    cfg = load(ROOT / 'configs/nalaformer/nalaformer-t_8xb128_in1k.py')
     gpus, per_gpu = 8, cfg.train_dataloader.batch_size
     optimizer = cfg.optim_wrapper.optimizer
     assert (optimizer.type, optimizer.weight_decay, optimizer.eps) == ('AdamW', 0.05, 1e-8)
@@ -89,7 +97,7 @@ def test_imagenet_recipe_is_the_release_one():
 
 @pytest.mark.parametrize('path', configs('swin_protocol'), ids=ids(configs('swin_protocol')))
 def test_swin_protocol_configs_decay_as_swin(path):
-    cfg = Config.fromfile(str(path))
+    cfg = load(path)
     base = cfg.optim_wrapper.optimizer.weight_decay
     decay, params = weight_decay_by_name(cfg)
     wrong = {n: d for n, d in decay.items() if d != (base if swin_rule(n, params[n]) else 0.0)}
@@ -98,7 +106,7 @@ def test_swin_protocol_configs_decay_as_swin(path):
 
 @pytest.mark.parametrize('path', configs('coco'), ids=ids(configs('coco')))
 def test_coco_configs_decay_everything_as_pvt(path):
-    cfg = Config.fromfile(str(path))
+    cfg = load(path)
     decay, _ = weight_decay_by_name(cfg)
     assert set(decay.values()) == {1e-4} and cfg.optim_wrapper.optimizer.lr == 1e-4
 
@@ -107,7 +115,7 @@ def test_coco_configs_decay_everything_as_pvt(path):
 def test_segmentation_lr_per_image_is_the_cited_recipes(path):
     """Semantic FPN: 2e-4 for 8 x 4 images over 40k iterations (PoolFormer, VAN; PVT's 1e-4 at 16 for 80k).
     UperNet: the paper's 1e-4 for 8 x 2 images over 160k iterations."""
-    cfg = Config.fromfile(str(path))
+    cfg = load(path)
     gpus, per_gpu = map(int, re.search(r'_(\d+)xb(\d+)-', path.name).groups())
     assert cfg.train_dataloader.batch_size == per_gpu
     total = gpus * per_gpu
@@ -120,7 +128,7 @@ def test_segmentation_lr_per_image_is_the_cited_recipes(path):
 @pytest.mark.parametrize('variant', ['t', 's', 'b', 'xt'])
 def test_mask_rcnn_3x_is_mmdets_swin_3x_protocol(variant):
     """Pipeline (with DETR's resize-crop branch) and schedule as mmdet's mask-rcnn_swin-t-p4-w7_fpn_ms-crop-3x."""
-    ours = Config.fromfile(str(ROOT / f'configs/coco/mask-rcnn_nalaformer-{variant}_fpn_ms-3x_coco.py'))
+    ours = load(ROOT / f'configs/coco/mask-rcnn_nalaformer-{variant}_fpn_ms-3x_coco.py')
     swin = get_config('mmdet::swin/mask-rcnn_swin-t-p4-w7_fpn_ms-crop-3x_coco.py')
 
     def resize_scales(transform):  # mmdet writes (short, long) with keep_ratio: the order carries no meaning
@@ -148,7 +156,7 @@ def ema_momentum(hook_cfg, per_gpu, gpus):
 
 def test_ema_momentum_follows_the_total_batch_as_the_release():
     importlib.import_module('nalaformer.engine')
-    cfg = Config.fromfile(str(ROOT / 'configs/nalaformer/nalaformer-t_8xb128_in1k.py'))
+    cfg = load(ROOT / 'configs/nalaformer/nalaformer-t_8xb128_in1k.py')
     [ema] = [h for h in cfg.custom_hooks if h.type == 'DualEMAHook']
     at_1024, at_256 = ema_momentum(ema, 128, 8), ema_momentum(ema, 32, 8)
     # main.py: ModelEma(decay=0.99996 ** (batch_size * world_size / 512)); mmengine's momentum = 1 - decay
@@ -159,7 +167,7 @@ def test_ema_momentum_follows_the_total_batch_as_the_release():
 
 
 def test_raw_and_ema_best_checkpoints_are_both_kept():
-    cfg = Config.fromfile(str(ROOT / 'configs/nalaformer/nalaformer-t_8xb128_in1k.py'))
+    cfg = load(ROOT / 'configs/nalaformer/nalaformer-t_8xb128_in1k.py')
     assert cfg.default_hooks.checkpoint.save_best == ['accuracy/top1', 'ema/accuracy/top1']
 
 
@@ -168,7 +176,7 @@ DENSE = configs('ade20k', 'cityscapes', 'coco')
 
 @pytest.mark.parametrize('path', DENSE, ids=ids(DENSE))
 def test_dense_runs_are_seeded(path):
-    cfg = Config.fromfile(str(path))
+    cfg = load(path)
     assert cfg.randomness.seed == 0
 
 
@@ -179,7 +187,7 @@ NAMED_BATCH = [p for p in configs('nalaformer', 'swin_protocol', 'ade20k', 'city
 @pytest.mark.parametrize('path', NAMED_BATCH, ids=ids(NAMED_BATCH))
 def test_auto_scale_lr_base_is_the_batch_the_lr_is_for(path):
     """--auto-scale-lr leaves the lr alone at the batch the config's name states (GPUS x images per GPU)."""
-    cfg = Config.fromfile(str(path))
+    cfg = load(path)
     gpus, per_gpu = map(int, re.search(r'_(\d+)xb(\d+)', path.name).groups())
     assert cfg.train_dataloader.batch_size == per_gpu
     assert cfg.auto_scale_lr.base_batch_size == gpus * per_gpu
