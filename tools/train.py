@@ -28,7 +28,9 @@ def parse_args(argv=None):
                         help='resume from CKPT, or from the latest checkpoint in the work dir when no path is given')
     parser.add_argument('--amp', nargs='?', const='bfloat16', choices=['bfloat16', 'float16'],
                         help='mixed precision (attention math stays fp32); default bfloat16')
-    parser.add_argument('--auto-scale-lr', action='store_true', help='scale lr by total batch / auto_scale_lr.base')
+    parser.add_argument('--auto-scale-lr', action='store_true',
+                        help='scale the lr by the total batch (processes x batch size x accumulation) / '
+                             'auto_scale_lr.base_batch_size; the log says what it set')
     parser.add_argument('--wandb', metavar='PROJECT', help='also log to Weights & Biases (WANDB_MODE=offline works)')
     parser.add_argument('--threads', type=int, metavar='N',
                         help="CPU threads (default: the config's env_cfg.threads, else the cores that other "
@@ -60,6 +62,9 @@ def main(argv=None):
     if args.amp:
         apply_amp(cfg, args.amp)
     if args.auto_scale_lr:
+        if not (cfg.get('auto_scale_lr') or {}).get('base_batch_size'):
+            raise ConfigError('--auto-scale-lr: the config has no auto_scale_lr.base_batch_size (the total batch its '
+                              'lr is for); add auto_scale_lr = dict(base_batch_size=N)')
         cfg.auto_scale_lr.enable = True
     if args.wandb:
         add_wandb(cfg, args.wandb)

@@ -12,3 +12,4 @@ custom_hooks = [
     dict(type='PreemptionHook', signals=['SIGTERM']),
 ]
 default_hooks = dict(checkpoint=dict(interval=1, max_keep_ckpts=3))
+randomness = dict(seed=0, deterministic=False)  # one seed for every run, as for classification; randomness.seed=N

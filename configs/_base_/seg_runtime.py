@@ -14,3 +14,4 @@ custom_hooks = [
 sync_bn = 'torch'  # the backbone's stem/downsampling BatchNorms synchronised across GPUs (heads use SyncBN)
 vis_backends = [dict(type='LocalVisBackend'), dict(type='TensorboardVisBackend')]  # scalars.json + TensorBoard
 visualizer = dict(vis_backends=vis_backends)
+randomness = dict(seed=0, deterministic=False)  # one seed for every run, as for classification; randomness.seed=N

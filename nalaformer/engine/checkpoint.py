@@ -17,6 +17,7 @@ from mmengine.dist import all_gather_object, get_world_size, is_main_process
 from mmengine.hooks import Hook
 from mmengine.logging import HistoryBuffer
 from mmengine.model import is_model_wrapper
+from mmengine.optim import OptimWrapperDict
 from mmengine.registry import HOOKS, RUNNERS
 from mmengine.runner import CheckpointLoader, Runner
 
@@ -93,7 +94,8 @@ class NaLaRunner(Runner):
     """mmengine's Runner whose checkpoints are atomic (temporary file, then rename), record the
     definitions of the project's models (``meta.model_definitions``) and every rank's random-number
     state (``meta.rng_states``), are checked against the definitions on load, and whose training loops
-    resume from any iteration (:mod:`nalaformer.engine.loops`)."""
+    resume from any iteration (:mod:`nalaformer.engine.loops`); its ``auto_scale_lr`` counts gradient
+    accumulation in the total batch and logs what it set."""
 
     def __init__(self, *args, **kwargs):
         # mmengine reads local checkpoints with a bare torch.load and no word on what went wrong; this
@@ -134,3 +136,25 @@ class NaLaRunner(Runner):
         super().resume(filename, *args, **kwargs)
         if hasattr(self.train_loop, 'set_resumed_rng'):
             self.train_loop.set_resumed_rng(self._resumed_rng_states)
+
+    def scale_lr(self, optim_wrapper, auto_scale_lr=None) -> None:
+        """The linear scaling rule of ``auto_scale_lr`` (``tools/train.py --auto-scale-lr``), on the images per
+        optimizer step: processes x batch size x gradient accumulation (mmengine's leaves the accumulation out).
+        Logs the total batch and the learning rates it set; the EMA follows the batch by itself (DualEMAHook)."""
+        if not (auto_scale_lr and auto_scale_lr.get('enable', False)):
+            return
+        loader = self._train_dataloader
+        batch_size = loader['batch_size'] if isinstance(loader, dict) else loader.batch_size
+        accumulation = self.cfg.get('optim_wrapper', {}).get('accumulative_counts', 1)
+        total = self.world_size * batch_size * accumulation
+        ratio = total / auto_scale_lr['base_batch_size']
+        wrappers = optim_wrapper.values() if isinstance(optim_wrapper, OptimWrapperDict) else [optim_wrapper]
+        set_lrs = []
+        for wrapper in wrappers:
+            for group in wrapper.optimizer.param_groups:
+                group['lr'] *= ratio
+                set_lrs.append(group['lr'])
+        self.logger.info(
+            f'auto_scale_lr: total batch {total} ({self.world_size} processes x {batch_size} images x {accumulation} '
+            f'accumulation steps) / base_batch_size {auto_scale_lr["base_batch_size"]}: learning rates x {ratio:g}, '
+            f'now {", ".join(f"{lr:g}" for lr in sorted(set(set_lrs)))} (the schedulers start from these)')

@@ -42,10 +42,9 @@ from timm.layers import (
     ClassifierHead, DropPath, Mlp, PatchEmbed, calculate_drop_path_rates, get_device_dtype,
     register_notrace_function, register_notrace_module, to_2tuple, to_ntuple,
 )
-from timm.models import build_model_with_cfg, generate_default_cfgs, register_model
-from timm.models._features import feature_take_indices
-from timm.models._input import update_model_input_size
-from timm.models._manipulate import checkpoint_seq, named_apply
+from timm.models import build_model_with_cfg, checkpoint_seq, generate_default_cfgs, named_apply, register_model
+from timm.models._features import feature_take_indices  # not exported by timm
+from timm.models._input import update_model_input_size  # not exported by timm
 from timm.models.swin_transformer import (
     PatchMerging, SwinTransformerBlock, calc_stage_window_sizes, resolve_stage_window_sizes, resolve_window_args,
     window_partition,

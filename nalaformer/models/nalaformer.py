@@ -158,8 +158,9 @@ class NaLaFormer(nn.Module):
 
     @torch.jit.ignore
     def no_weight_decay(self) -> set:
-        # Norms, biases and LayerScale are excluded by timm's optimizer factory (ndim <= 1 or listed here).
-        return {n for n, _ in self.named_parameters() if n.endswith(('gamma_1', 'gamma_2'))}
+        # As released (its list names absolute_pos_embed, which the model does not have): timm's optimizer
+        # factory exempts norms and biases (ndim <= 1, .bias) only; LayerScale, shape (1, C, 1, 1), decays.
+        return set()
 
     @torch.jit.ignore
     def group_matcher(self, coarse: bool = False) -> dict:
