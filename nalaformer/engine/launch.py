@@ -14,13 +14,10 @@ from mmengine.logging import print_log
 from mmengine.registry import RUNNERS
 from mmengine.runner import Runner
 
+from ..errors import ConfigError
 from ..mmcv_build import MmcvOpsError, check_mmcv_ops
 from ..threads import apply_threads
 from .data import LAYOUT as IMAGE_FOLDER_LAYOUT
-
-
-class ConfigError(ValueError):
-    """A bad argument, config key or data path: the message says what is wrong and how to fix it."""
 
 
 def check_cfg_options(cfg: Config, options: dict) -> None:

@@ -9,7 +9,8 @@ Each cell runs ``tools/train.py`` on the quick start's config (configs/nalaforme
 nalaformer-pico_1xb64-10e_fashion-mnist-32px.py) for ``--epochs`` epochs in a fresh work dir and reads the
 per-iteration times mmengine logs; ``--whole`` also times the whole ``tools/quick_start.py`` (policy on)
 idle and loaded. The data folder is the quick start's (``python tools/quick_start.py`` writes it).
-Nothing else should run meanwhile: the point is the one background process this tool starts.
+Nothing else should run meanwhile: the point is the one background process this tool starts. A cell that fails
+stops the benchmark with the tool's error; with ``--keep-going`` it records the error and the others go on.
 """
 import argparse
 import json
@@ -20,10 +21,16 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Callable, Dict, Union
+
+from nalaformer.analysis.machine import ProcessFailed, busy_process, child_environment, load_average
+from nalaformer.analysis.results import Failure, add_keep_going_arg, attempt, write_json
+from nalaformer.errors import ConfigError, run_tool
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIG = ROOT / 'configs' / 'nalaformer' / 'nalaformer-pico_1xb64-10e_fashion-mnist-32px.py'
-BUSY = 'while True: pass'
+# A tool started by this benchmark inherits no thread setting from the caller.
+THREAD_VARIABLES = ('OMP_NUM_THREADS', 'MKL_NUM_THREADS')
 
 
 def parse_args(argv=None):
@@ -32,13 +39,18 @@ def parse_args(argv=None):
                         help='the quick start\'s ImageFolder copy of Fashion-MNIST')
     parser.add_argument('--epochs', type=int, default=1, help='training epochs per cell')
     parser.add_argument('--whole', action='store_true', help='also time the whole quick start, idle and loaded')
+    add_keep_going_arg(parser)
     parser.add_argument('--out-json', type=Path, default=None)
     return parser.parse_args(argv)
 
 
-def environment() -> dict:
-    """The environment of a tool started by this benchmark: no thread setting inherited from the caller."""
-    return {k: v for k, v in os.environ.items() if k not in ('OMP_NUM_THREADS', 'MKL_NUM_THREADS')}
+def run_child(command, what: str) -> subprocess.CompletedProcess:
+    """``command`` from the repository root with no inherited thread setting; :class:`ProcessFailed` if it fails."""
+    result = subprocess.run(command, cwd=ROOT, env=child_environment(THREAD_VARIABLES), capture_output=True,
+                            text=True)
+    if result.returncode:
+        raise ProcessFailed(what, result)
+    return result
 
 
 def train_cell(data: Path, epochs: int, threads) -> dict:
@@ -49,69 +61,71 @@ def train_cell(data: Path, epochs: int, threads) -> dict:
                    *(['--threads', str(threads)] if threads else []), '--cfg-options', *roots,
                    f'train_cfg.max_epochs={epochs}', 'default_hooks.logger.interval=10']
         start = time.perf_counter()
-        result = subprocess.run(command, cwd=ROOT, env=environment(), capture_output=True, text=True)
+        result = run_child(command, 'training')
         wall = time.perf_counter() - start
-        if result.returncode:
-            raise RuntimeError(f'training failed ({result.returncode}):\n{result.stderr[-3000:]}')
         [scalars] = Path(work).glob('*/vis_data/scalars.json')
         times = [row['time'] for row in map(json.loads, scalars.read_text().splitlines()) if 'time' in row]
         policy = next((line.split(' - ')[-1] for line in result.stdout.splitlines() if 'CPU threads:' in line), '')
-    return dict(iter_s=statistics.median(times[1:] or times), wall_s=wall, threads=policy)
+    return dict(status='ok', iter_s=statistics.median(times[1:] or times), wall_s=wall, threads=policy)
 
 
 def quick_start_cell(data: Path) -> dict:
     with tempfile.TemporaryDirectory() as work:
         start = time.perf_counter()
-        result = subprocess.run([sys.executable, str(ROOT / 'tools' / 'quick_start.py'), '--work-dir', work,
-                                 '--data', str(data)], cwd=ROOT, env=environment(), capture_output=True, text=True)
-        if result.returncode:
-            raise RuntimeError(f'quick start failed ({result.returncode}):\n{result.stderr[-3000:]}')
-        return dict(wall_s=time.perf_counter() - start)
+        run_child([sys.executable, str(ROOT / 'tools' / 'quick_start.py'), '--work-dir', work,
+                          '--data', str(data)], 'quick start')
+        return dict(status='ok', wall_s=time.perf_counter() - start)
 
 
-def with_load(loaded: bool, run):
-    """``run()`` with one busy background process (a Python loop) when ``loaded``."""
-    if not loaded:
-        return run()
-    busy = subprocess.Popen([sys.executable, '-c', BUSY])
-    try:
-        time.sleep(1.0)
-        return run()
-    finally:
-        busy.kill()
-        busy.wait()
+def cell(loaded: bool, measure: Callable[[], Dict], keep_going: bool, what: str) -> Dict:
+    """``measure()`` with one busy background process when ``loaded``; its failure raised, or recorded with
+    ``keep_going``."""
+    def run() -> Dict:
+        if not loaded:
+            return measure()
+        with busy_process():
+            return measure()
+    result: Union[Dict, Failure] = attempt(run, keep_going, what)
+    return result.as_row() if isinstance(result, Failure) else result
 
 
 def main(argv=None) -> int:
     args = parse_args(argv)
     if not (args.data / 'train').is_dir():
-        print(f'error: {args.data}/train does not exist: run python tools/quick_start.py once (it writes the data)',
-              file=sys.stderr)
-        return 2
+        raise ConfigError(f'{args.data}/train does not exist: run python tools/quick_start.py once '
+                          f'(it writes the data)')
     cores = len(os.sched_getaffinity(0))
-    results = dict(cores=cores, epochs=args.epochs, load=os.getloadavg(), cells=[])
+    results = dict(cores=cores, epochs=args.epochs, load=load_average(), cells=[])
     for loaded in (False, True):
+        load = 'one busy process' if loaded else 'idle'
         for policy, threads in (('torch default', cores), ('thread policy', None)):
-            cell = with_load(loaded, lambda: train_cell(args.data, args.epochs, threads))
-            cell.update(loaded=loaded, policy=policy)
-            results['cells'].append(cell)
-            print(f'{"one busy process" if loaded else "idle":>16} | {policy:>13} | {cell["iter_s"] * 1e3:7.0f} ms/iter '
-                  f'| {cell["wall_s"]:6.0f} s | {cell["threads"]}', flush=True)
+            row = cell(loaded, lambda: train_cell(args.data, args.epochs, threads), args.keep_going,
+                       f'training, {load}, {policy}')
+            row.update(loaded=loaded, policy=policy)
+            results['cells'].append(row)
+            if row['status'] != 'ok':
+                print(f'{load:>16} | {policy:>13} | {row["status"]}: {row["error"]}', flush=True)
+                continue
+            print(f'{load:>16} | {policy:>13} | {row["iter_s"] * 1e3:7.0f} ms/iter '
+                  f'| {row["wall_s"]:6.0f} s | {row["threads"]}', flush=True)
     for policy in ('torch default', 'thread policy'):
         idle, busy = (next(c for c in results['cells'] if c['policy'] == policy and c['loaded'] == lo)
                       for lo in (False, True))
-        print(f'{policy}: loaded / idle time per iteration = {busy["iter_s"] / idle["iter_s"]:.2f}x')
+        if idle['status'] == busy['status'] == 'ok':
+            print(f'{policy}: loaded / idle time per iteration = {busy["iter_s"] / idle["iter_s"]:.2f}x')
     if args.whole:
-        results['quick_start'] = {('loaded' if lo else 'idle'): with_load(lo, lambda: quick_start_cell(args.data))
-                                  for lo in (False, True)}
-        for key, cell in results['quick_start'].items():
-            print(f'whole quick start, {key}: {cell["wall_s"] / 60:.1f} min')
-    results['load_after'] = os.getloadavg()
+        results['quick_start'] = {
+            ('loaded' if lo else 'idle'): cell(lo, lambda: quick_start_cell(args.data), args.keep_going,
+                                               f"quick start, {'loaded' if lo else 'idle'}")
+            for lo in (False, True)}
+        for key, row in results['quick_start'].items():
+            print(f'whole quick start, {key}: ' + (f'{row["wall_s"] / 60:.1f} min' if row['status'] == 'ok' else
+                                                   f'{row["status"]}: {row["error"]}'))
+    results['load_after'] = load_average()
     if args.out_json:
-        args.out_json.parent.mkdir(parents=True, exist_ok=True)
-        args.out_json.write_text(json.dumps(results, indent=1))
+        write_json(args.out_json, results)
     return 0
 
 
 if __name__ == '__main__':
-    sys.exit(main())
+    sys.exit(run_tool(main))
