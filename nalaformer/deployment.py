@@ -45,8 +45,9 @@ import torch
 import torch.nn as nn
 
 from .checkpoint import Checkpoint, definition_modules, load_checkpoint_into
+from .models.family import per_stage_kernels
 from .models.nala_swin import NaLaSwinTransformer
-from .ops.nala import AttentionKernel, kernel_function, per_stage_kernels
+from .ops.nala import AttentionKernel, kernel_function
 from .ops.backend import use_nala_backend
 
 __all__ = [

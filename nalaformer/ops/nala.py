@@ -15,7 +15,7 @@ name used in configs (``'nala'``, ``'softmax'``, ...).
 """
 import inspect
 import math
-from typing import Dict, List, Mapping, Optional, Sequence, Tuple, Type, Union
+from typing import Dict, Mapping, Optional, Tuple, Type
 
 import torch
 import torch.nn as nn
@@ -25,7 +25,7 @@ from timm.layers import register_notrace_module
 
 __all__ = [
     'ATTENTION_KERNELS', 'AttentionKernel', 'build_attention_kernel', 'register_attention_kernel',
-    'kernel_function', 'per_stage_kernels', 'rope_angles', 'rope_table', 'apply_rope', 'linear_attention', 'norm_and_direction',
+    'kernel_function', 'rope_angles', 'rope_table', 'apply_rope', 'linear_attention', 'norm_and_direction',
     'nala_feature_maps', 'nala_cos_feature_maps',
 ]
 
@@ -225,24 +225,6 @@ def kernel_function(name: str, kwargs: Optional[Mapping] = None) -> dict:
     bound = _kernel_signature(name).bind(**kwargs)
     bound.apply_defaults()
     return {'kernel': ATTENTION_KERNELS[name].function_name, **bound.arguments}
-
-
-def per_stage_kernels(attn_types: Union[str, Sequence[str]],
-                      kernel_kwargs: Union[None, Mapping, Sequence[Optional[Mapping]]],
-                      num_stages: int) -> Tuple[Tuple[str, ...], Tuple[Optional[dict], ...]]:
-    """The ``attn_types`` / ``kernel_kwargs`` of every model family, one entry per stage.
-
-    attn_types: one kernel name for every stage, or one per stage. kernel_kwargs: None, one dict for
-    every stage, or one dict (or None) per stage, e.g. ``(dict(alpha=5.), dict(alpha=5.), None, None)``.
-    """
-    names: List[str] = [attn_types] * num_stages if isinstance(attn_types, str) else list(attn_types)
-    if kernel_kwargs is None or isinstance(kernel_kwargs, Mapping):
-        kernel_kwargs = [kernel_kwargs] * num_stages
-    kwargs = [None if kw is None else dict(kw) for kw in kernel_kwargs]
-    for what, value in (('attn_types', names), ('kernel_kwargs', kwargs)):
-        if len(value) != num_stages:
-            raise ValueError(f'{what} has {len(value)} entries but the model has {num_stages} stages: {value}')
-    return tuple(names), tuple(kwargs)
 
 
 @register_attention_kernel('nala')
