@@ -257,6 +257,16 @@ def test_fused_backend_falls_back_to_the_pytorch_operator(monkeypatch):
         assert_same(kernel_outputs(kernel, q, k, v, rope), expected[0])
 
 
+def test_a_fused_request_that_falls_back_says_why_once():
+    kernel = build_attention_kernel('nala')
+    q, k, v, rope = make_inputs(1, 1, 2, 3, 132)  # a head dim that no other test asks the fused backend for
+    with pytest.warns(UserWarning) as caught, use_nala_backend('fused'):
+        for _ in range(3):
+            kernel(q, k, v, rope)
+    said = [str(w.message) for w in caught if 'NaLa' in str(w.message)]
+    assert said == ["the 'fused' NaLa backend runs the PyTorch operator instead: head dim 132 is above 128"]
+
+
 def test_fused_backend_keeps_half_inputs():
     """The fused backend hands bfloat16 q, k, v to the kernel as they are (the same bits as nala_attention on
     them); the output is float32, as from every kernel."""
