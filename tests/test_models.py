@@ -73,7 +73,7 @@ def test_public_kwargs_reach_the_model():
         mlp_ratios=[2, 2, 3, 4], attn_types=['nala', 'nala_cos', 'relu', 'softmax'], layer_scale_init_values=None,
         head_hidden_size=40, drop_path_rate=0.2, num_classes=5, in_chans=1)
     assert model.layers[1].blocks[1].ffn.fc1.out_features == 64
-    assert [s.blocks[0].attn.kernel.kernel_name for s in model.layers] == ['nala', 'nala_cos', 'relu', 'softmax']
+    assert [s.blocks[0].attn.kernel.attn_type for s in model.layers] == ['nala', 'nala_cos', 'relu', 'softmax']
     assert model.proj.out_features == 40 and model.head.out_channels == 5
     assert model.patch_embed.proj[0].in_channels == 1
     assert model(torch.randn(2, 1, 64, 64)).shape == (2, 5)
@@ -82,7 +82,7 @@ def test_public_kwargs_reach_the_model():
 def test_all_nala_is_one_argument():
     model = small(attn_types='nala')
     assert model.attn_types == ('nala',) * 4
-    assert all(b.attn.kernel.kernel_name == 'nala' for s in model.layers for b in s.blocks)
+    assert all(b.attn.kernel.attn_type == 'nala' for s in model.layers for b in s.blocks)
 
 
 def test_kernel_kwargs_for_every_stage_or_per_stage():
