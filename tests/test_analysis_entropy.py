@@ -59,7 +59,8 @@ def test_probs_are_the_model_kernels_attention(kernel):
 def test_kernels_are_softmax_and_every_kernel_with_feature_maps():
     assert KERNELS[0] == 'softmax' and len(set(KERNELS)) == len(KERNELS)
     assert {'nala', 'nala_cos', 'const_power', 'relu', 'elu', 'focused'} <= set(KERNELS)
-    assert set(KERNELS[1:]) == {name for name in ATTENTION_KERNELS if name not in ('softmax', 'polarity')}
+    without_feature_maps = ('softmax', 'softmax_explicit', 'polarity')
+    assert set(KERNELS[1:]) == {name for name in ATTENTION_KERNELS if name not in without_feature_maps}
 
 
 def test_entropy_uses_each_kernels_own_feature_maps_and_arguments():

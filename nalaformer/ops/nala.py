@@ -387,6 +387,18 @@ class SoftmaxKernel(AttentionKernel):
         return F.scaled_dot_product_attention(apply_rope(q, rope), apply_rope(k, rope), v)
 
 
+@register_attention_kernel('softmax_explicit')
+class ExplicitSoftmaxKernel(AttentionKernel):
+    """``softmax`` computed as written, softmax(q k^T / sqrt(d)) v, storing the (B, heads, N, N) matrix (twice
+    at its peak: scores and probabilities), as a plain softmax transformer does. The same function as
+    ``softmax`` (checkpoints treat them alike); the memory reference of the token-heavy benchmarks."""
+    function_name = 'softmax'
+
+    def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, rope: torch.Tensor) -> torch.Tensor:
+        scores = (apply_rope(q, rope) * q.shape[-1] ** -0.5) @ apply_rope(k, rope).transpose(-2, -1)
+        return scores.softmax(dim=-1) @ v
+
+
 # The fast op behind the ``nala`` / ``nala_cos`` kernels (imported last: it uses this module's helpers).
 from . import nala_fast  # noqa: E402
 from .backend import fused_kernels, nala_backend  # noqa: E402

@@ -17,7 +17,7 @@ of width ``--dim`` on a (1, dim, H, W) map with H * W = ``--tokens``, forward un
     nala          the block with the ``nala`` kernel (fast op)
     nala_reference  the same block on nala.py's reference chain
     sdpa          the same block with the ``softmax`` kernel (``F.scaled_dot_product_attention``, fused)
-    softmax       the same block with an explicit softmax(q k^T / sqrt(d)) v (the N x N matrix stored)
+    softmax       the same block with the ``softmax_explicit`` kernel (the N x N matrix stored)
 A method whose working set would not fit in the available memory (the explicit N x N matrix) is
 skipped and reported with the reason instead of being run.
 
@@ -47,7 +47,7 @@ from nalaformer.analysis.measure import (
 from nalaformer.models import NaLaAttention
 from nalaformer.ops import nala_fast
 from nalaformer.ops.nala import (
-    AttentionKernel, apply_rope, linear_attention, nala_cos_feature_maps, nala_feature_maps, rope_angles, rope_table,
+    linear_attention, nala_cos_feature_maps, nala_feature_maps, rope_angles, rope_table,
 )
 
 _spec = importlib.util.spec_from_file_location('benchmark_tool', Path(__file__).with_name('benchmark.py'))
@@ -131,14 +131,6 @@ def op_step(method: str, args: argparse.Namespace, side: int, mode: str) -> Call
 # ----------------------------------------------------------------------------------------------
 # One attention block
 # ----------------------------------------------------------------------------------------------
-class ExplicitSoftmax(AttentionKernel):
-    """softmax(R q (R k)^T / sqrt(d)) v with the N x N matrix materialised (the release's softmax blocks)."""
-
-    def attend(self, q, k, v, rope):
-        scores = apply_rope(q, rope) @ apply_rope(k, rope).transpose(-2, -1)
-        return scores.mul_(q.shape[-1] ** -0.5).softmax(-1) @ v
-
-
 def grid_of(tokens: int) -> Tuple[int, int]:
     """(H, W) with H * W = tokens and H as close to sqrt(tokens) as divides it."""
     h = int(tokens ** 0.5)
@@ -149,10 +141,8 @@ def grid_of(tokens: int) -> Tuple[int, int]:
 
 def block_model(method: str, args: argparse.Namespace) -> torch.nn.Module:
     torch.manual_seed(0)
-    block = NaLaAttention(args.dim, args.heads, attn_type='softmax' if method in ('sdpa', 'softmax') else 'nala')
-    if method == 'softmax':
-        block.kernel = ExplicitSoftmax()
-    return block.eval()
+    attn_type = {'sdpa': 'softmax', 'softmax': 'softmax_explicit'}.get(method, 'nala')
+    return NaLaAttention(args.dim, args.heads, attn_type=attn_type).eval()
 
 
 def block_step(method: str, args: argparse.Namespace, tokens: int, mode: str = 'forward') -> Callable[[], None]:
