@@ -85,6 +85,17 @@ def test_flips_and_rotations_cover_the_eight_symmetries(tmp_path):
     assert plain[0]['data_samples']['gt'].numpy().tobytes() == np.ascontiguousarray(hr.transpose(2, 0, 1)).tobytes()
 
 
+def test_cache_reads_each_pair_once(tmp_path):
+    root = div2k(tmp_path, 2)
+    cached = SRPairedDataset(str(root), 2, patch_size=None, cache=True)
+    first = [cached[i] for i in range(2)]
+    for image in (root / 'DIV2K').rglob('*.png'):
+        image.unlink()  # from now on only the memory holds the images
+    for item, again in zip(first, (cached[i] for i in range(2))):
+        assert torch.equal(item['inputs'], again['inputs'])
+        assert torch.equal(item['data_samples']['gt'], again['data_samples']['gt'])
+
+
 def test_benchmark_reads_every_set_and_cuts_hr_to_lr_times_scale(tmp_path):
     """Every set folder present is read under its name; an HR side that is not a multiple of the scale is cut."""
     root = benchmark(tmp_path, {'Set5': [(30, 31)], 'Urban100': [(33, 27), (24, 24)]}, 3)

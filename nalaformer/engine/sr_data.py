@@ -155,6 +155,8 @@ class SRPairedDataset(torch.utils.data.Dataset):
         patch_size: HR patch side (the LR patch is patch_size // scale); None: whole images (evaluation).
         flip: random horizontal flips. rotate: random vertical flips and transposes (with flip: all 8
             90-degree rotations and mirrorings).
+        cache: keep every decoded pair in memory after its first read (small datasets: a crop then costs
+            no PNG decoding; each loader worker keeps its own copy).
 
     Items: ``dict(inputs=LR (3, h, w) uint8, data_samples=dict(gt=HR (3, h * scale, w * scale) uint8,
     name=HR file stem))``.
@@ -162,7 +164,7 @@ class SRPairedDataset(torch.utils.data.Dataset):
 
     def __init__(self, data_root: str, scale: int, hr_dir: str = 'DIV2K/DIV2K_train_HR',
                  lr_dir: str = 'DIV2K/DIV2K_train_LR_bicubic/X{scale}', patch_size: Optional[int] = 192,
-                 flip: bool = True, rotate: bool = True):
+                 flip: bool = True, rotate: bool = True, cache: bool = False):
         self.scale = check_scale(scale)
         if patch_size is not None and patch_size % scale:
             raise SRDataError(f'patch_size {patch_size} is not a multiple of the scale {scale}')
@@ -174,6 +176,7 @@ class SRPairedDataset(torch.utils.data.Dataset):
                                   f'<data_root>/{lr_dir}/*x{{scale}}.png with data_root {str(root)!r}')
         self.pairs = paired_files(self.hr_dir, self.lr_dir, scale)
         self.patch_size, self.flip, self.rotate = patch_size, flip, rotate
+        self.cache = {} if cache else None
         self.metainfo = dict(scale=scale, hr_dir=str(self.hr_dir), lr_dir=str(self.lr_dir))
 
     def __len__(self) -> int:
@@ -181,7 +184,12 @@ class SRPairedDataset(torch.utils.data.Dataset):
 
     def __getitem__(self, index: int) -> dict:
         hr_path, lr_path = self.pairs[index]
-        hr, lr = read_pair(hr_path, lr_path, self.scale)
+        if self.cache is None:
+            hr, lr = read_pair(hr_path, lr_path, self.scale)
+        else:
+            if index not in self.cache:
+                self.cache[index] = read_pair(hr_path, lr_path, self.scale)
+            hr, lr = self.cache[index]
         if self.patch_size is not None:
             hr, lr = random_pair_crop(hr, lr, self.scale, self.patch_size, str(lr_path))
             hr, lr = random_flip_rotate((hr, lr), self.flip, self.rotate)

@@ -3,14 +3,15 @@ photographs in the benchmark layout.
 
     python tools/dataset_converters/sr_photos.py data/sr-photos [--scales 2 3 4] [--overwrite]
 
-    data/sr-photos/DIV2K/DIV2K_train_HR/<photo>_s<k>.png, DIV2K_train_LR_bicubic/X{2,3,4}/<photo>_s<k>x{s}.png
-        Debian's mate-backgrounds nature photographs (/usr/share/backgrounds/mate/nature), shrunk 2x with
-        MATLAB's bicubic and cut into 192x192 sub-images
+    data/sr-photos/DIV2K/DIV2K_train_HR/<photo>_d<shrink>_<k>.png, DIV2K_train_LR_bicubic/X{2,3,4}/...x{s}.png
+        Debian's mate-backgrounds nature photographs (/usr/share/backgrounds/mate/nature), shrunk 2x, 3x and 4x
+        with MATLAB's bicubic and cut into 96x96 sub-images, of which the ~200 with detail are kept (most of
+        these photographs are smooth: bokeh, sky)
     data/sr-photos/benchmark/Unseen4/HR/{butterfly,astronaut,coffee,chelsea}.png, LR_bicubic/X{2,3,4}/...
         OpenCV's dnn_superres/butterfly.png (Debian's opencv-doc) and scikit-image's astronaut, coffee, chelsea
 
 LR images are MATLAB-style bicubic shrinks (nalaformer/imresize.py), as in DIV2K and the benchmarks. The
-result is what configs/sr/nalasr-pico_1xb8-2k_photos-x2.py trains and tests on (bash scripts/setup.sh
+result is what configs/sr/nalasr-pico_1xb32-2k_photos-x2.py trains and tests on (bash scripts/setup.sh
 installs the photographs). An existing DIV2K/ or benchmark/Unseen4/ there is refused unless --overwrite.
 """
 import argparse
