@@ -13,18 +13,22 @@
 #
 # Steps, each under `timeout` with its budget in seconds (560 in all, Triton compilation included):
 #   install 40        the bundle's wheels into $SITE (pip --target, no index); nalaformer runs from this tree
-#   environment 20    versions, the GPU, every import the steps need
-#   kernels 110       fused kernel vs PyTorch op vs SDPA, forward and forward+backward, bf16, at the shape of
+#   environment 15    versions, the GPU, every import the steps need
+#   kernels 100       fused kernel vs PyTorch op vs SDPA, forward and forward+backward, bf16, at the shape of
 #                     NaLaFormer-T's stage 1 (1 head of 64): 64 x 3,136, 8 x 16,384 and 2 x 65,536 tokens
-#   train_bf16 130    NaLaFormer-T training step at 224, batch 64, AMP bf16, PyTorch op vs fused kernel
+#   train_bf16 120    NaLaFormer-T training step at 224, batch 64, AMP bf16, PyTorch op vs fused kernel
 #                     (img/s; max memory in a fresh process each; losses)
-#   kernel_tests 120  tests/test_triton_kernels.py on the GPU, compiled (TRITON_INTERPRET=0); after the timings,
+#   kernel_tests 110  tests/test_triton_kernels.py on the GPU, compiled (TRITON_INTERPRET=0); after the timings,
 #                     which only a GPU can give (the benchmark's --check compares fused with the PyTorch op first)
-#   upernet_bf16 60   UperNet-T at 512x512, batch 2, AMP bf16: 2 + 5 training iterations (random data)
-#   train_fp16 60     the train_bf16 step with AMP fp16 (GradScaler), 1 + 3 steps each: losses finite
-#   summary 20        tools/analysis/gpu_acceptance_summary.py
+#   upernet_bf16 55   UperNet-T at 512x512, batch 2, AMP bf16: 2 + 5 training iterations (random data)
+#   train_fp16 50     the train_bf16 step with AMP fp16 (GradScaler), 1 + 3 steps each: losses finite
+#   sr 60             the whole NaLa-SR x2 network (nalasr_light), batch 1, LR 128x128 and 256x288 (16,384 and
+#                     73,728 tokens), inference and training step, global slot nala / SDPA / explicit softmax /
+#                     none, fp32 and bf16: CUDA max memory and latency (tools/analysis/benchmark_sr.py; a run that
+#                     does not fit the GPU is reported 'out of memory', not accounted on fake tensors, for time)
+#   summary 10        tools/analysis/gpu_acceptance_summary.py
 # Writes to $OUT: summary.txt and summary.json (figures, each target and check, every step's report),
-# run.log (everything printed), benchmark_kernels.png and steps.tar.gz (the steps' own outputs).
+# run.log (everything printed), benchmark_kernels.png, benchmark_sr.png and steps.tar.gz (the steps' own outputs).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:?set OUT to the folder for the results}
@@ -59,7 +63,7 @@ fi
 export PYTHONPATH="$SITE:$PWD"
 
 nvidia-smi --query-gpu=name,memory.total,clocks.max.sm,clocks.max.mem,driver_version --format=csv 2>&1 | tee -a "$LOG"
-step environment 20 python3 -c '
+step environment 15 python3 -c '
 import sys, torch, triton, timm, pytest
 import nalaformer.kernels.nala_triton
 from nalaformer.mmcv_build import allow_mmcv_lite
@@ -70,18 +74,20 @@ print("python", sys.version.split()[0], "torch", torch.__version__, "triton", tr
       "mmengine", mmengine.__version__, "mmseg", mmseg.__version__,
       "| CUDA:", torch.cuda.is_available() and torch.cuda.get_device_name())'
 
-step kernels 110 python3 tools/analysis/benchmark_kernels.py --device cuda --dtype bfloat16 --check \
+step kernels 100 python3 tools/analysis/benchmark_kernels.py --device cuda --dtype bfloat16 --check \
     --shapes 64x1x3136x64 8x1x16384x64 2x1x65536x64 --methods fused torch sdpa --warmup 5 --repeats 20 \
     --out-dir "$WORK/kernels"
-step train_bf16 130 "${TRAIN[@]}" --amp bf16 --warmup 3 --repeats 10 \
+step train_bf16 120 "${TRAIN[@]}" --amp bf16 --warmup 3 --repeats 10 \
     --out-json "$WORK/train_bf16.json" --out-png "$WORK/train_bf16.png"
-step kernel_tests 120 python3 -m pytest -q tests/test_triton_kernels.py --junitxml="$WORK/kernel_tests.xml"
-step upernet_bf16 60 python3 tools/analysis/benchmark_segmentor.py --device cuda --amp bf16 --size 512 \
+step kernel_tests 110 python3 -m pytest -q tests/test_triton_kernels.py --junitxml="$WORK/kernel_tests.xml"
+step upernet_bf16 55 python3 tools/analysis/benchmark_segmentor.py --device cuda --amp bf16 --size 512 \
     --warmup 2 --repeats 5 --out-json "$WORK/upernet_bf16.json"
-step train_fp16 60 "${TRAIN[@]}" --amp fp16 --warmup 1 --repeats 3 --no-memory \
+step train_fp16 50 "${TRAIN[@]}" --amp fp16 --warmup 1 --repeats 3 --no-memory \
     --out-json "$WORK/train_fp16.json" --out-png "$WORK/train_fp16.png"
-step summary 20 python3 tools/analysis/gpu_acceptance_summary.py "$WORK" --out-dir "$OUT"
+step sr 60 python3 tools/analysis/benchmark_sr.py --device cuda --amp none bf16 --sizes 128x128 256x288 \
+    --account none --warmup 1 --repeats 3 --out-dir "$WORK/sr"
+step summary 10 python3 tools/analysis/gpu_acceptance_summary.py "$WORK" --out-dir "$OUT"
 
-cp "$WORK/kernels/benchmark_kernels.png" "$OUT/" 2>/dev/null
+cp "$WORK/kernels/benchmark_kernels.png" "$WORK/sr/benchmark_sr.png" "$OUT/" 2>/dev/null
 tar -czf "$OUT/steps.tar.gz" -C "$WORK" .
 echo "wrote $OUT: $(ls "$OUT" | tr '\n' ' ')" | tee -a "$LOG"

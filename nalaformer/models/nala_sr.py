@@ -1,43 +1,44 @@
-"""NaLa-SR: lightweight super-resolution where the paper's token-heavy claim lives (70K+ tokens).
+"""NaLa-SR: lightweight super-resolution, where the paper's token-heavy claim lives (70K+ tokens).
 
-Our reading of the authors' only public SR code (ZacharyMeng/PolaFormerPP, ``downstream/sr``: MambaIRv2-Light
-with the Mamba scan replaced by a global linear attention; there with PolaFormer++'s kernel, here with any kernel
-of :mod:`nalaformer.ops.nala`). The topology matches theirs parameter for parameter except for the attention's
-own projections (939,440 parameters at x4 there, 937,520 here: their kernel's two (4, 24) scale vectors are
-our attention's LayerNorm):
+Our reading of the authors' only public SR code, ZacharyMeng/PolaFormerPP ``downstream/sr``
+(``basicsr/archs/mambairv2light_arch.py``, configs ``options/*/mambairv2/*lightSR_x{3,4}.yml``): MambaIRv2-Light
+with its Mamba scan replaced by a global linear attention. Read from that code and kept here:
 
 * shallow features: 3x3 conv 3 -> 48, LayerNorm over channels;
 * 4 residual groups x 5 layers, each group closed by a 3x3 conv and a skip; every layer is
     - 16x16 window softmax attention (Swin's, relative position bias, 4 heads; odd layers shift by 8)
-      + a conv-gated MLP, with a learnable scale (init 1e-4) on the layer's skip, then
-    - the *global slot*: attention over all H*W tokens (1x1 projection, x * sigmoid(3x3 depthwise conv),
-      :class:`~nalaformer.models.layers.NaLaAttention` with 4 heads and 2D RoPE, LayerNorm, Linear)
-      + another conv-gated MLP, with its own skip scale;
+      + a conv-gated MLP (mlp ratio 1: Linear, GELU, half gates the other through LayerNorm and a 5x5 depthwise
+      conv, Linear), the layer's input added back scaled by a learnable vector (init 1e-4) on top of the skips, then
+    - the *global slot* over all H*W tokens: 1x1 projection, x * sigmoid(3x3 depthwise conv(x)), attention
+      (4 heads), LayerNorm, Linear; + another conv-gated MLP, with its own input scale;
 * LayerNorm, 3x3 conv and a skip from the shallow features; pixel-shuffle-direct upsampler (one 3x3 conv to
   3 * scale^2 channels, PixelShuffle);
-* inputs in [0, 1], minus the DIV2K RGB mean (added back at the output), padded by mirroring to whole windows
-  and cropped back: any size works.
+* inputs in [0, 1] minus the DIV2K RGB mean (added back at the output), mirror-padded to whole windows and
+  cropped back (so any size works);
+* 939,440 parameters at x4 there (their test log), 937,520 here; x2 921,932, x3 928,427.
 
-What the paper does not say and we could not read anywhere: the exact SR network, kernel and training behind its
-SR numbers (69 GB -> 5.3 GB, 195 -> 124 ms, "same PSNR/SSIM"); the released PolaFormerPP SR code uses the
-PolaFormer++ kernel, not NaLa, and ships no weights.
+Ours, not theirs: the attention inside the global slot is the NaLaFormer release's block
+(:class:`~nalaformer.models.layers.NaLaAttention`: qkvg projection, 5x5 LePE on v, 2D RoPE per head-dim part,
+LayerNorm, SiLU gate, out projection) around any kernel of :mod:`nalaformer.ops.nala`; theirs is PolaFormer++'s
+(polarity-split exp feature maps with two learnable (heads, 2d) scales, RoPE over the 2d features, LePE, the
+output times g with no activation and no LayerNorm): the 96 parameters per layer of the difference. Not known: the network, kernel and
+training behind the paper's SR numbers (69 GB -> 5.3 GB, 195 -> 124 ms, "same PSNR/SSIM"), and its SR tables;
+the released SR code computes PolaFormer++, not NaLa, and ships no weights.
 
-The global slot's kernel is chosen per group by ``attn_types`` (one name or four), with ``kernel_kwargs`` as in
-every family: ``'nala'`` (default), ``'nala_cos'``, ``'const_power'``, ``'relu'``, ``'softmax'`` (PyTorch's fused
-SDPA: O(N) memory), ``'softmax_explicit'`` (stores the N x N matrix, as a plain softmax transformer does), ...
-:data:`WINDOW_ONLY` (``'none'``) removes a group's global attention (its gated MLP stays): a windowed SR
-transformer, the memory floor.
+The global slot's kernel is chosen per group by ``attn_types`` (one name or one per group), with
+``kernel_kwargs`` as in every family: ``'nala'`` (default), ``'nala_cos'``, ``'const_power'``, ``'relu'``,
+``'softmax'`` (PyTorch's fused SDPA: O(N) memory), ``'softmax_explicit'`` (stores the N x N matrix, as a plain
+softmax transformer does), ... :data:`WINDOW_ONLY` (``'none'``) removes a group's global attention (its gated MLP
+stays): a windowed SR transformer, the memory floor.
 
     timm.create_model('nalasr_light', upscale=2)                                   # NaLa in the global slot
     timm.create_model('nalasr_light', upscale=4, attn_types='softmax_explicit')    # the quadratic reference
     model.forward_tiled(lr, tile=192, overlap=16)                                  # any image in bounded memory
 """
-import logging
 from typing import Callable, List, Mapping, Optional, Sequence, Tuple, Union
 
 import torch
 import torch.nn as nn
-import torch.nn.functional as F
 from timm.layers import to_2tuple, trunc_normal_
 from timm.models import build_model_with_cfg, generate_default_cfgs, register_model
 from timm.models.swin_transformer import WindowAttention, window_partition, window_reverse
@@ -52,8 +53,6 @@ from .recompute import checkpoint
 
 __all__ = ['NaLaSR', 'SRLayer', 'GlobalAttention', 'ConvGatedMLP', 'WINDOW_ONLY', 'MODEL_ARGS', 'SCALES',
            'checkpoint_filter_fn', 'tiled_upscale', 'mirror_pad']
-
-_logger = logging.getLogger(__name__)
 
 # The attn_types name of a group without global attention (window attention only).
 WINDOW_ONLY = 'none'

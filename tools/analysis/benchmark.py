@@ -43,13 +43,11 @@ Examples::
 """
 import argparse
 import contextlib
-import ctypes
 import importlib.util
 import gc
 import json
 import math
 import os
-import resource
 import subprocess
 import sys
 import time
@@ -66,7 +64,8 @@ from nalaformer.analysis.models import (
     ModelSpec, ModelSpecError, create_model, format_error, parse_model_spec, parse_size,
 )
 from nalaformer.analysis.measure import (
-    device_name, format_optional, peak_rss_mb, reset_peak_rss, rss_mb, summarize, synchronize, timed,
+    Contention, device_name, format_optional, memory_env, peak_rss_mb, reset_peak_rss, rss_mb, summarize,
+    synchronize, timed, tune_malloc,
 )
 from nalaformer.ops import nala_backend, use_nala_backend
 
@@ -218,56 +217,6 @@ def loss_summary(step: Callable[[], None]) -> Dict:
 
 
 # ----------------------------------------------------------------------------------------------
-# Machine state
-# ----------------------------------------------------------------------------------------------
-def tune_malloc() -> bool:
-    """No mmap per large tensor and no heap trimming in this process (glibc mallopt); False elsewhere."""
-    try:
-        libc = ctypes.CDLL('libc.so.6')
-    except OSError:
-        return False
-    m_trim_threshold, m_mmap_max = -1, -4  # glibc's parameter numbers; a threshold of -1 disables trimming
-    return bool(libc.mallopt(m_mmap_max, 0)) and bool(libc.mallopt(m_trim_threshold, -1))
-
-
-class Contention:
-    """Load averages around a block, and the cores other processes kept busy during it (Linux):
-    system busy time (steal included: another VM's use) minus this process's CPU time, per second."""
-
-    def __enter__(self):
-        self.load_before = os.getloadavg()
-        self.start = (time.perf_counter(), _system_busy_seconds(), _own_cpu_seconds())
-        return self
-
-    def __exit__(self, *exc):
-        wall, busy, own = (b - a if a is not None and b is not None else None for a, b in
-                           zip(self.start, (time.perf_counter(), _system_busy_seconds(), _own_cpu_seconds())))
-        self.load_after = os.getloadavg()
-        self.other_busy_cores = None if busy is None else max(0.0, (busy - own) / wall)
-        return False
-
-    def as_dict(self) -> Dict:
-        return dict(load_before=[round(v, 2) for v in self.load_before],
-                    load_after=[round(v, 2) for v in self.load_after],
-                    other_busy_cores=None if self.other_busy_cores is None else round(self.other_busy_cores, 3))
-
-
-def _system_busy_seconds() -> Optional[float]:
-    try:
-        with open('/proc/stat') as f:
-            ticks = [int(v) for v in f.readline().split()[1:9]]
-    except OSError:
-        return None
-    user, nice, system, _idle, _iowait, irq, softirq, steal = ticks
-    return (user + nice + system + irq + softirq + steal) / os.sysconf('SC_CLK_TCK')
-
-
-def _own_cpu_seconds() -> float:
-    usage = resource.getrusage(resource.RUSAGE_SELF)
-    return usage.ru_utime + usage.ru_stime
-
-
-# ----------------------------------------------------------------------------------------------
 # Peak memory, one fresh process per (model, size)
 # ----------------------------------------------------------------------------------------------
 def memory_worker(payload: str) -> Dict:
@@ -304,15 +253,6 @@ def memory_worker(payload: str) -> Dict:
         return dict(peak_mb=peak, extra_mb=peak - built)
     peak = peak_rss_mb()
     return dict(peak_mb=peak - baseline, extra_mb=None if built is None else peak - built)
-
-
-def memory_env(mmap_threshold: Optional[int] = None) -> Dict[str, str]:
-    """Environment of a memory worker: glibc defaults, or a fixed mmap threshold."""
-    env = {k: v for k, v in os.environ.items()
-           if k not in ('MALLOC_MMAP_MAX_', 'MALLOC_TRIM_THRESHOLD_', 'MALLOC_MMAP_THRESHOLD_')}
-    if mmap_threshold is not None:
-        env['MALLOC_MMAP_THRESHOLD_'] = str(mmap_threshold)
-    return env
 
 
 def measure_memory(spec: str, size: Tuple[int, int], batch: int, args: argparse.Namespace) -> Dict:

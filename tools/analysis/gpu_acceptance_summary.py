@@ -23,6 +23,7 @@ FILES = {
     'train_bf16': 'train_bf16.json',
     'upernet_bf16': 'upernet_bf16.json',
     'train_fp16': 'train_fp16.json',
+    'sr': 'sr/benchmark_sr.json',
 }
 STEPS_FILE = 'steps.tsv'
 TIMED_OUT = (124, 137)  # timeout(1)'s exit codes: limit reached, killed after it
@@ -46,7 +47,11 @@ CHECKS = {
     'train_bf16': 'NaLaFormer-T training step, AMP bf16: losses finite (PyTorch op and fused)',
     'train_fp16': 'NaLaFormer-T training step, AMP fp16: losses finite (PyTorch op and fused)',
     'upernet_bf16': 'UperNet-T training iterations with AMP: losses finite',
+    'sr': 'NaLa-SR x2 whole network (benchmark_sr.py): CUDA max memory and latency of NaLa measured at every size '
+          '(fp32, bf16)',
 }
+# benchmark_sr.py's baseline and the global attentions compared with it in the summary.
+SR_BASELINE, SR_COMPARED = 'nala', ('softmax_explicit', 'softmax')
 MET, NOT_MET, NOT_MEASURED = 'met', 'not met', 'not measured'
 
 Outcome = Dict[str, str]
@@ -196,6 +201,28 @@ def upernet_check(name: str, report: Dict) -> Outcome:
                    f"MiB, final loss {r['final_loss']:.4f} (mmcv ops: {meta['mmcv_ops']})")
 
 
+def sr_check(name: str, report: Dict) -> Outcome:
+    """benchmark_sr.py's report: every NaLa run has a measured peak and a time; the ratios at the most tokens."""
+    runs = report['runs']
+    nala = [r for r in runs if r['slot'] == SR_BASELINE]
+    if not nala:
+        return outcome(name, None, f'no {SR_BASELINE} runs in the report')
+    missing = [f"{r['mode']} {r['size'][0]}x{r['size'][1]} amp {r['amp']} ({r['status']})" for r in nala
+               if r.get('median_ms') is None or (r.get('measured') or {}).get('peak_mb') is None]
+    tokens = max(r['tokens'] for r in runs)
+    parts = []
+    for ratio in report['ratios']:
+        if ratio['tokens'] == tokens and ratio['slot'] in SR_COMPARED:
+            memory = ('memory n/a' if ratio['memory_ratio'] is None else
+                      f"memory {ratio['memory_ratio']:.2f}x ({ratio['memory_source']})")
+            time_ratio = 'n/a' if ratio['time_ratio'] is None else f"{ratio['time_ratio']:.2f}x"
+            parts.append(f"{ratio['slot']} {ratio['mode']} amp {ratio['amp']}: {memory}, time {time_ratio}")
+    value = f"at {tokens:,} tokens, x {SR_BASELINE}: " + ('; '.join(parts) or 'no ratios')
+    if missing:
+        return outcome(name, None, f"{SR_BASELINE} not measured: {'; '.join(missing)}; {value}")
+    return outcome(name, True, value)
+
+
 def guarded(names: Sequence[str], build: Callable[[], List[Outcome]]) -> List[Outcome]:
     """``build()``, or 'not measured' for each name where a report lacks what it reads."""
     try:
@@ -220,7 +247,7 @@ def summarise(work: Path) -> Dict:
     targets = section('kernels', KERNEL_TARGETS, kernel_targets) + section('train_bf16', TRAIN_TARGETS,
                                                                            training_targets)
     check_of = dict(kernel_tests=kernel_tests_check, train_bf16=finite_check, train_fp16=finite_check,
-                    upernet_bf16=upernet_check)
+                    upernet_bf16=upernet_check, sr=sr_check)
     checks = [o for step, name in CHECKS.items()
               for o in section(step, [name], lambda data, step=step, name=name: [check_of[step](name, data)])]
     reports = {name: data for name, (data, _) in outputs.items() if data is not None}
@@ -262,6 +289,19 @@ def training_lines(title: str, report: Dict) -> List[str]:
     return lines
 
 
+def sr_lines(report: Dict) -> List[str]:
+    meta = report['meta']
+    lines = [f"NaLa-SR ({meta['model']}) x{meta['scale']}, batch {meta['batch']}, median of {meta['repeats']}",
+             f"  {'mode':<7}{'amp':<6}{'LR size':<9}{'tokens':>8}  {'global slot':<18}{'peak MiB':>10}{'ms':>10}"
+             '  status']
+    for r in report['runs']:
+        peak = (r.get('measured') or {}).get('peak_mb')
+        size = f"{r['size'][0]}x{r['size'][1]}"
+        lines.append(f"  {r['mode']:<7}{r['amp']:<6}{size:<9}{r['tokens']:>8,}  {r['slot']:<18}"
+                     f"{_fmt(peak, '.0f'):>10}{_fmt(r.get('median_ms'), '.1f'):>10}  {r['status']}")
+    return lines
+
+
 def render(summary: Dict) -> str:
     width = max(len(s) for s in (MET, NOT_MET, NOT_MEASURED)) + 2
     known = {key: summary[key] or 'unknown' for key in ('device', 'torch', 'timm')}
@@ -272,7 +312,7 @@ def render(summary: Dict) -> str:
     lines += [f"  {o['status']:<{width}}{o['name']}: {o['value']}" for o in summary['checks']]
     reports = summary['reports']
     tables = dict(kernels=kernel_lines, train_bf16=lambda r: training_lines('NaLaFormer-T training step', r),
-                  train_fp16=lambda r: training_lines('NaLaFormer-T training step', r))
+                  train_fp16=lambda r: training_lines('NaLaFormer-T training step', r), sr=sr_lines)
     for step, table in tables.items():
         if step in reports:
             try:
