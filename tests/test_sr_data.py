@@ -164,7 +164,8 @@ def test_tools_check_the_sr_data_before_training(tmp_path):
     root = div2k(tmp_path, 2)
     (root / 'DIV2K' / 'DIV2K_train_LR_bicubic' / 'X2' / '0001x2.png').unlink()
     cfg = load_config(str(CONFIG), {'train_dataloader.dataset.data_root': str(root)})
-    with pytest.raises(ConfigError, match=r'0001\.png has no LR partner.*train data; set train_dataloader.dataset.data_root'):
+    with pytest.raises(ConfigError,
+                       match=r'0001\.png has no LR partner.*train data; set train_dataloader.dataset.data_root'):
         check_dataset_files(cfg, ('train',))
     cfg = load_config(str(CONFIG), {'test_dataloader.dataset.data_root': str(tmp_path / 'none')})
     with pytest.raises(ConfigError, match=r'none/benchmark does not exist.*test_dataloader.dataset.data_root'):

@@ -30,7 +30,8 @@ def gaussian_ssim(x: np.ndarray, y: np.ndarray) -> float:
             mu_a, mu_b = (window * a).sum(), (window * b).sum()
             var_a, var_b = (window * (a - mu_a) ** 2).sum(), (window * (b - mu_b) ** 2).sum()
             cov = (window * (a - mu_a) * (b - mu_b)).sum()
-            values.append((2 * mu_a * mu_b + c1) * (2 * cov + c2) / ((mu_a ** 2 + mu_b ** 2 + c1) * (var_a + var_b + c2)))
+            values.append((2 * mu_a * mu_b + c1) * (2 * cov + c2)
+                          / ((mu_a ** 2 + mu_b ** 2 + c1) * (var_a + var_b + c2)))
     return float(np.mean(values))
 
 
@@ -53,7 +54,8 @@ def test_psnr_matches_definition_on_y(pair, crop):
 def test_psnr_on_rgb_and_equal_images(pair):
     image, reference = pair
     mse = np.mean((image.astype(float) - reference.astype(float)) ** 2)
-    assert calculate_psnr(image, reference, 0, y_channel=False) == pytest.approx(10 * np.log10(255 ** 2 / mse), abs=1e-3)
+    expected = 10 * np.log10(255 ** 2 / mse)
+    assert calculate_psnr(image, reference, 0, y_channel=False) == pytest.approx(expected, abs=1e-3)
     assert calculate_psnr(reference, reference, 2) == float('inf')
 
 

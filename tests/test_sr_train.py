@@ -70,7 +70,8 @@ def trained(photos, tmp_path_factory):
     result = subprocess.run(
         [sys.executable, str(ROOT / 'tools' / 'train.py'), str(CONFIG), '--work-dir', str(work), '--cfg-options',
          f'train_dataloader.dataset.data_root={photos}', f'train_cfg.max_iters={CI_ITERS}',
-         f'param_scheduler.0.milestones=[{",".join(map(str, milestones))}]', f'default_hooks.checkpoint.interval={CI_ITERS}'],
+         f'param_scheduler.0.milestones=[{",".join(map(str, milestones))}]',
+         f'default_hooks.checkpoint.interval={CI_ITERS}'],
         capture_output=True, text=True, cwd=ROOT, timeout=1800)
     assert result.returncode == 0, result.stderr[-5000:]
     checkpoint = work / f'iter_{CI_ITERS}.pth'
@@ -120,7 +121,8 @@ def test_sr_demo_upscales_an_odd_sized_image(trained, tmp_path):
         assert Image.open(out).size == (150, 106)
     cfg = load_config(str(CONFIG))
     # the training run's checkpoint loads into timm as a pretrained file too
-    network = timm.create_model('nalasr_light', upscale=2, pretrained=True, pretrained_cfg_overlay=dict(file=str(trained)),
+    network = timm.create_model('nalasr_light', upscale=2, pretrained=True,
+                                pretrained_cfg_overlay=dict(file=str(trained)),
                                 **{k: cfg.model[k] for k in ('embed_dim', 'depths', 'num_heads', 'window_size')}).eval()
     lr = torch.from_numpy(small).permute(2, 0, 1)[None].float() / 255
     with torch.no_grad():

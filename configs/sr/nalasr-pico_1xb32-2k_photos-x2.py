@@ -5,7 +5,8 @@
 #   bash scripts/setup.sh          # installs mate-backgrounds and opencv-doc
 #   python tools/dataset_converters/sr_photos.py data/sr-photos
 #   python tools/train.py configs/sr/nalasr-pico_1xb32-2k_photos-x2.py
-#   python tools/test.py configs/sr/nalasr-pico_1xb32-2k_photos-x2.py work_dirs/nalasr-pico_1xb32-2k_photos-x2/iter_2000.pth
+#   python tools/test.py configs/sr/nalasr-pico_1xb32-2k_photos-x2.py \
+#       work_dirs/nalasr-pico_1xb32-2k_photos-x2/iter_2000.pth
 _base_ = [
     '../_base_/models/nalasr_light.py',
     '../_base_/datasets/div2k_sr.py',

@@ -145,7 +145,8 @@ def write_photo_test_set(out: PathLike, scales: Sequence[int] = (2, 3, 4), overw
     return folder
 
 
-def write_photo_datasets(out: PathLike, scales: Sequence[int] = (2, 3, 4), overwrite: bool = False) -> Tuple[Path, Path]:
+def write_photo_datasets(out: PathLike, scales: Sequence[int] = (2, 3, 4),
+                         overwrite: bool = False) -> Tuple[Path, Path]:
     """Both sets under the data root ``out`` (each destination checked before anything is written)."""
     for folder in (Path(out) / 'DIV2K', Path(out) / 'benchmark' / TEST_SET):
         refuse_existing(folder, overwrite)

@@ -215,7 +215,8 @@ def markdown(report: Dict) -> str:
     lines += ['| ' + ' | '.join(header) + ' |', '|' + '---|' * len(header)]
     for kernel, cell in cells.items():
         first = cell['stages'][0]
-        row = [kernel, str(len(cell['seeds'])), fmt(cell['psnr'], 3), fmt(cell['ssim'], 4), fmt(cell['bicubic_psnr'], 3)]
+        row = [kernel, str(len(cell['seeds'])), fmt(cell['psnr'], 3), fmt(cell['ssim'], 4),
+               fmt(cell['bicubic_psnr'], 3)]
         row += [fmt(g['spearman'], signed=True) for g in cell['stages']]
         row += [fmt(first['sweep_change'], 3, signed=True),
                 f"{first['sweep_max_abs_change']['mean']:.1e}" if first['sweep_max_abs_change']['mean'] is not None

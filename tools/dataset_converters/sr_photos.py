@@ -24,7 +24,8 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument('out', help='data root to write (holds DIV2K/ and benchmark/ afterwards)')
     parser.add_argument('--scales', type=int, nargs='+', default=[2, 3, 4])
-    parser.add_argument('--overwrite', action='store_true', help='replace a DIV2K/ or benchmark/Unseen4/ written before')
+    parser.add_argument('--overwrite', action='store_true',
+                        help='replace a DIV2K/ or benchmark/Unseen4/ written before')
     args = parser.parse_args(argv)
     try:
         train, test = write_photo_datasets(args.out, args.scales, overwrite=args.overwrite)
