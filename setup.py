@@ -16,8 +16,10 @@ setup(
     # nalaformer.kernels, so that `import kernels` never collides with another package.
     packages=find_packages(include=['nalaformer', 'nalaformer.*']) + ['nalaformer.kernels'],
     package_dir={'nalaformer.kernels': 'kernels'},
-    # requirements.txt pins the tested environment; these are the minimal needs of the package
-    install_requires=['torch>=2.4', 'torchvision', 'timm>=1.0.20', 'safetensors', 'numpy', 'pyyaml', 'tqdm'],
+    # The oldest versions the package works with. timm: 1.0.31 is the first with the names the models use
+    # (timm.layers.get_device_dtype, calculate_drop_path_rates, timm.models._input, Swin's window helpers;
+    # 1.0.20-1.0.30 fail at import); requirements.txt pins it, so CI runs the floor (tests/test_dependencies.py).
+    install_requires=['torch>=2.4', 'torchvision', 'timm>=1.0.31', 'safetensors', 'numpy', 'pyyaml', 'tqdm'],
     extras_require={
         'train': ['mmengine>=0.10,<1.0', 'tensorboard', 'matplotlib'],
         'wandb': ['wandb'],

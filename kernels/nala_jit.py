@@ -2,7 +2,8 @@
 
 Imported by :mod:`nalaformer.kernels.nala_triton` on the first fused call. The ``triton.jit``
 decorators below build compiled or interpreted kernels from ``TRITON_INTERPRET`` at that import,
-and must agree with triton's own language functions, built when triton was imported.
+and must agree with triton's own language functions, built when triton was imported
+(:mod:`nalaformer.kernels.interpreter`).
 
 Per (batch, head), with phi = [h1, h2] split into two d-wide halves (each zero-padded to
 BLOCK_D, a power of two) and R_i the RoPE rotation of token i::
@@ -24,9 +25,15 @@ import torch
 import triton
 import triton.language as tl
 
-from nalaformer.ops.nala import DIRECTION_EPS, LAMBDA, NORMALISER_EPS, TAU
+from .interpreter import INTERPRETED
 
-from .nala_triton import INTERPRETED
+# The paper's constants, as in nalaformer.ops.nala: the kernels import nothing from nalaformer.ops, which
+# dispatches to them (tests/test_triton_kernels.py checks that the two agree). The keys' power LAMBDA = 3
+# is written as products in _key_halves and _key_halves_bwd.
+LAMBDA = 3.0
+TAU = 0.5
+NORMALISER_EPS = 1e-6
+DIRECTION_EPS = 1e-12
 
 # The @triton.jit below builds interpreted kernels when TRITON_INTERPRET is set now; triton's own
 # language functions were built for the mode of its first import (INTERPRETED): they must agree.

@@ -1,4 +1,4 @@
-"""Fused Triton NaLa attention: custom operators with autograd, and the ``nala_triton`` / ``nala_cos_triton`` kernels.
+"""Fused Triton NaLa attention: custom operators with autograd, and where they can run.
 
 ``nala_attention(q, k, v, rope)`` computes exactly what the ``nala`` kernel of
 :mod:`nalaformer.ops.nala` computes (``nala_feature_maps`` + ``linear_attention``, RoPE included)
@@ -7,26 +7,20 @@ without materialising the (B, heads, N, 2d) feature maps; ``nala_cos_attention``
 interpreter); rope (2, N, d); output (B, heads, N, d) in float32 (float64 for float64 inputs).
 Gradients flow to q, k and v.
 
-The ``nala`` / ``nala_cos`` kernels use these where :func:`triton_supported` says they can run and
-the NaLa backend is ``'fused'`` (:mod:`nalaformer.ops.backend`); the ``nala_triton`` /
-``nala_cos_triton`` kernels registered here always ask for it. Triton fixes its mode (compiled or
-interpreted) when it is first imported (``import timm`` already imports it), so
-``TRITON_INTERPRET=1`` must be set before that.
+The ``nala`` / ``nala_cos`` kernels run these when the NaLa backend is ``'fused'`` and
+:func:`unsupported_reason` finds none: :mod:`nalaformer.ops.backend` dispatches, and registers the
+``nala_triton`` / ``nala_cos_triton`` kernels, which always ask for it. This module imports nothing
+from :mod:`nalaformer.ops`. Triton fixes its mode (compiled or interpreted) when it is first imported
+(``import timm`` already imports it), so ``TRITON_INTERPRET=1`` must be set before that.
 """
 from typing import Optional, Tuple
 
 import torch
-import triton  # an ImportError here leaves the kernels unregistered
-from triton.runtime.interpreter import InterpretedFunction
 
-from nalaformer.ops.nala import NaLaCosKernel, NaLaKernel, register_attention_kernel
+from .interpreter import INTERPRETED  # imports triton: without it, nalaformer.ops.backend leaves the kernels out
 
-__all__ = ['interpreting', 'nala_attention', 'nala_cos_attention', 'triton_supported', 'NaLaTritonKernel',
-           'NaLaCosTritonKernel']
+__all__ = ['interpreting', 'nala_attention', 'nala_cos_attention', 'triton_supported', 'unsupported_reason']
 
-# Triton wraps its language functions for the interpreter when it is first imported with
-# TRITON_INTERPRET=1; the kernels (nala_jit) check that they are built in the same mode.
-INTERPRETED = isinstance(triton.language.zeros, InterpretedFunction)
 _INPUT_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 # Larger heads would need (2, 128, 128)-plus fp32 tiles per program.
 MAX_HEAD_DIM = 128
@@ -43,25 +37,44 @@ def interpreting() -> bool:
     return INTERPRETED
 
 
-def triton_supported(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, rope: torch.Tensor) -> bool:
-    """Whether the fused kernels can compute attention for these inputs here.
+def unsupported_reason(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, rope: torch.Tensor) -> Optional[str]:
+    """Why the fused kernels cannot compute attention for these inputs here, or None when they can.
 
-    CUDA tensors (any tensors in the interpreter) of one shape (B, heads, N, d), d divisible by 4
-    and at most 128, in float16 / bfloat16 / float32 (float64 in the interpreter only); rope (2, N, d)
-    without grad; not while ``torch.export`` traces (an exported graph must not hold the operator).
+    They take CUDA tensors (any tensors in the interpreter) of one shape (B, heads, N, d), d divisible
+    by 4 and at most 128, in float16 / bfloat16 / float32 (float64 in the interpreter only); rope
+    (2, N, d) without grad; not while ``torch.export`` traces (an exported graph must not hold the
+    operator).
     """
     if q.dim() != 4 or not (q.shape == k.shape == v.shape) or q.numel() == 0:
-        return False
+        return (f'q, k, v of shapes {tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)} are not one non-empty '
+                f'(B, heads, N, d)')
     n, d = q.shape[-2:]
-    if d % 4 or d > MAX_HEAD_DIM or tuple(rope.shape) != (2, n, d) or rope.requires_grad:
-        return False
+    if d > MAX_HEAD_DIM:
+        return f'head dim {d} is above {MAX_HEAD_DIM}'
+    if d % 4:
+        return f'head dim {d} is not a multiple of 4'
+    if tuple(rope.shape) != (2, n, d):
+        return f'the RoPE table has shape {tuple(rope.shape)}, not (2, {n}, {d})'
+    if rope.requires_grad:
+        return 'the RoPE table requires grad'
     if q.dtype not in _INPUT_DTYPES or not (q.dtype == k.dtype == v.dtype):
-        return False
-    if len({q.device, k.device, v.device, rope.device}) > 1 or torch.compiler.is_exporting():
-        return False
+        return f'q, k, v have dtypes {q.dtype}, {k.dtype}, {v.dtype}, not one of float16, bfloat16, float32'
+    if len({q.device, k.device, v.device, rope.device}) > 1:
+        return 'q, k, v and the RoPE table are on different devices'
+    if torch.compiler.is_exporting():
+        return 'torch.export is tracing (an exported graph cannot hold the fused operator)'
     if interpreting():
-        return True
-    return q.device.type == 'cuda' and q.dtype != torch.float64
+        return None
+    if q.device.type != 'cuda':
+        return f'the tensors are on {q.device.type}, not CUDA (or set TRITON_INTERPRET=1 to interpret the kernels)'
+    if q.dtype == torch.float64:
+        return 'float64 runs in the Triton interpreter only'
+    return None
+
+
+def triton_supported(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, rope: torch.Tensor) -> bool:
+    """Whether the fused kernels can compute attention for these inputs here (see :func:`unsupported_reason`)."""
+    return unsupported_reason(q, k, v, rope) is None
 
 
 def _head_dim_contiguous(x: torch.Tensor) -> torch.Tensor:
@@ -132,17 +145,3 @@ def nala_cos_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, rope: 
                        alpha: float = 20.0) -> torch.Tensor:
     """Fused cosine-inhibit NaLa attention (``nala_cos``), same shapes as :func:`nala_attention`."""
     return _forward_op(q, k, v, rope, float(alpha))[0]
-
-
-@register_attention_kernel('nala_triton')
-class NaLaTritonKernel(NaLaKernel):
-    """The ``nala`` kernel on the fused backend whatever the switch says (the PyTorch operator where it cannot run)."""
-    function_name = 'nala'
-    backend = 'fused'
-
-
-@register_attention_kernel('nala_cos_triton')
-class NaLaCosTritonKernel(NaLaCosKernel):
-    """The ``nala_cos`` kernel on the fused backend whatever the switch says."""
-    function_name = 'nala_cos'
-    backend = 'fused'

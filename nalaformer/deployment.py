@@ -45,13 +45,14 @@ import torch
 import torch.nn as nn
 
 from .checkpoint import Checkpoint, definition_modules, load_checkpoint_into
+from .models.family import per_stage_kernels
 from .models.nala_swin import NaLaSwinTransformer
-from .ops.nala import AttentionKernel, kernel_function, per_stage_kernels
+from .ops.nala import AttentionKernel, kernel_function
 from .ops.backend import use_nala_backend
 
 __all__ = [
-    'ExportError', 'ExportTarget', 'INSTALL_HINT', 'require_export_packages', 'fused_kernels', 'reference_kernels',
-    'build_target', 'timm_target', 'config_target', 'parse_shape', 'export_onnx', 'nonstandard_ops',
+    'ExportError', 'ExportTarget', 'INSTALL_HINT', 'require_export_packages', 'fused_attn_types',
+    'reference_attn_types', 'build_target', 'timm_target', 'config_target', 'parse_shape', 'export_onnx', 'nonstandard_ops',
     'fixed_input_sizes', 'compare_with_onnxruntime', 'write_onnx',
 ]
 
@@ -97,14 +98,14 @@ def require_export_packages() -> None:
 # ----------------------------------------------------------------------------------------------
 # Attention kernels: the PyTorch ones only
 # ----------------------------------------------------------------------------------------------
-def fused_kernels(attn_types: AttnTypes) -> List[str]:
+def fused_attn_types(attn_types: AttnTypes) -> List[str]:
     """The names in ``attn_types`` that are another implementation of a kernel (``nala_triton`` -> ``nala``)."""
     names = [attn_types] if isinstance(attn_types, str) else list(attn_types)
-    return sorted({name for name in names if kernel_function(name)['kernel'] != name})
+    return sorted({name for name in names if kernel_function(name)['attn_type'] != name})
 
 
-def reference_kernels(attn_types: AttnTypes, kernel_kwargs: KernelKwargs = None
-                      ) -> Tuple[AttnTypes, KernelKwargs]:
+def reference_attn_types(attn_types: AttnTypes, kernel_kwargs: KernelKwargs = None
+                         ) -> Tuple[AttnTypes, KernelKwargs]:
     """``(attn_types, kernel_kwargs)`` computing the same functions with PyTorch kernels only.
 
     Each kernel becomes the one whose function it computes (``nala_triton`` -> ``nala``,
@@ -114,35 +115,36 @@ def reference_kernels(attn_types: AttnTypes, kernel_kwargs: KernelKwargs = None
     per_stage = [v for v in (attn_types, kernel_kwargs) if isinstance(v, (list, tuple))]
     names, kwargs = per_stage_kernels(attn_types, kernel_kwargs, len(per_stage[0]) if per_stage else 1)
     functions = [kernel_function(name, kw) for name, kw in zip(names, kwargs)]
-    names = tuple(function.pop('kernel') for function in functions)
+    names = tuple(function.pop('attn_type') for function in functions)
     kwargs = tuple(function or None for function in functions)
     return (names, kwargs) if per_stage else (names[0], kwargs[0])
 
 
 def _replace_fused(model_args: Mapping, where: str) -> Tuple[dict, Tuple[str, ...]]:
-    """``model_args`` with :func:`reference_kernels` (when it names kernels) and a note of what changed."""
+    """``model_args`` with :func:`reference_attn_types` (when it names kernels) and a note of what changed."""
     model_args = dict(model_args)
-    if 'attn_types' not in model_args or not fused_kernels(model_args['attn_types']):
+    if 'attn_types' not in model_args or not fused_attn_types(model_args['attn_types']):
         return model_args, ()
     before = model_args['attn_types']
-    model_args['attn_types'], model_args['kernel_kwargs'] = reference_kernels(before, model_args.get('kernel_kwargs'))
+    model_args['attn_types'], model_args['kernel_kwargs'] = reference_attn_types(before,
+                                                                                 model_args.get('kernel_kwargs'))
     return model_args, (f'{where} attn_types {before} -> {model_args["attn_types"]}: the fused kernels replaced '
                         f'by the PyTorch kernels computing the same function',)
 
 
 def _check_not_fused(attn_types: AttnTypes) -> None:
-    fused = fused_kernels(attn_types)
+    fused = fused_attn_types(attn_types)
     if fused:
-        same = ', '.join(f'{name!r} -> {kernel_function(name)["kernel"]!r}' for name in fused)
+        same = ', '.join(f'{name!r} -> {kernel_function(name)["attn_type"]!r}' for name in fused)
         raise ExportError(f'fused kernel {", ".join(map(repr, fused))} cannot be exported to ONNX (its Triton '
                           f'operator has no ONNX translation): ask for the PyTorch kernel that computes the same '
-                          f'function instead ({same}), e.g. --attn-types {kernel_function(fused[0])["kernel"]}')
+                          f'function instead ({same}), e.g. --attn-types {kernel_function(fused[0])["attn_type"]}')
 
 
 def _check_no_fused_modules(module: nn.Module) -> None:
     """Fused kernel modules left in the model (from where this module does not rewrite) are a bug."""
-    fused = sorted({m.kernel_name for m in module.modules()
-                    if isinstance(m, AttentionKernel) and m.kernel_name != m.function_name})
+    fused = sorted({m.attn_type for m in module.modules()
+                    if isinstance(m, AttentionKernel) and m.attn_type != m.function_name})
     if fused:
         raise RuntimeError(f'fused attention kernels {fused} remain in the model to export')
 

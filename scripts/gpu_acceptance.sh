@@ -27,6 +27,8 @@
 #                     none, fp32 and bf16: CUDA max memory and latency (tools/analysis/benchmark_sr.py; a run that
 #                     does not fit the GPU is reported 'out of memory', not accounted on fake tensors, for time)
 #   summary 10        tools/analysis/gpu_acceptance_summary.py
+# The benchmarks run with --keep-going: a method or model that fails has its error in its row (and the log), the
+# others are still measured.
 # Writes to $OUT: summary.txt and summary.json (figures, each target and check, every step's report),
 # run.log (everything printed), benchmark_kernels.png, benchmark_sr.png and steps.tar.gz (the steps' own outputs).
 set -uo pipefail
@@ -51,7 +53,7 @@ step() {  # step NAME BUDGET COMMAND...: COMMAND under timeout, its output logge
     echo "== $name: exit $rc after $((SECONDS - start)) s" | tee -a "$LOG"
 }
 TRAIN=(python3 tools/analysis/benchmark.py --device cuda --mode train --sizes 224 --batch-sizes 64
-       --models nalaformer_t fused:nalaformer_t)
+       --models nalaformer_t fused:nalaformer_t --keep-going)
 
 [[ -d .gpu_bundle ]] || echo "no .gpu_bundle/: run scripts/prepare_gpu_bundle.sh where PyPI is reachable and carry it" \
     | tee -a "$LOG"
@@ -75,7 +77,7 @@ print("python", sys.version.split()[0], "torch", torch.__version__, "triton", tr
       "| CUDA:", torch.cuda.is_available() and torch.cuda.get_device_name())'
 
 step kernels 100 python3 tools/analysis/benchmark_kernels.py --device cuda --dtype bfloat16 --check \
-    --shapes 64x1x3136x64 8x1x16384x64 2x1x65536x64 --methods fused torch sdpa --warmup 5 --repeats 20 \
+    --shapes 64x1x3136x64 8x1x16384x64 2x1x65536x64 --methods fused torch sdpa --warmup 5 --repeats 20 --keep-going \
     --out-dir "$WORK/kernels"
 step train_bf16 120 "${TRAIN[@]}" --amp bf16 --warmup 3 --repeats 10 \
     --out-json "$WORK/train_bf16.json" --out-png "$WORK/train_bf16.png"
@@ -85,7 +87,7 @@ step upernet_bf16 55 python3 tools/analysis/benchmark_segmentor.py --device cuda
 step train_fp16 50 "${TRAIN[@]}" --amp fp16 --warmup 1 --repeats 3 --no-memory \
     --out-json "$WORK/train_fp16.json" --out-png "$WORK/train_fp16.png"
 step sr 60 python3 tools/analysis/benchmark_sr.py --device cuda --amp none bf16 --sizes 128x128 256x288 \
-    --account none --warmup 1 --repeats 3 --out-dir "$WORK/sr"
+    --account none --warmup 1 --repeats 3 --keep-going --out-dir "$WORK/sr"
 step summary 10 python3 tools/analysis/gpu_acceptance_summary.py "$WORK" --out-dir "$OUT"
 
 cp "$WORK/kernels/benchmark_kernels.png" "$WORK/sr/benchmark_sr.png" "$OUT/" 2>/dev/null

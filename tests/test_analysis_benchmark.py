@@ -7,7 +7,10 @@ from pathlib import Path
 import pytest
 
 from analysis_tools import load_tool
-from nalaformer.analysis.measure import summarize, timed
+from nalaformer.analysis.results import add_ratios
+from nalaformer.analysis.steps import loss_summary
+from nalaformer.analysis.timing import summarize, timed
+from nalaformer.errors import run_tool
 
 ROOT = Path(__file__).resolve().parents[1]
 BENCHMARK = ROOT / 'tools' / 'analysis' / 'benchmark.py'
@@ -24,16 +27,19 @@ def run(*args):
 
 def test_tiny_run_writes_json_and_png(tmp_path):
     out_json, out_png = tmp_path / 'bench.json', tmp_path / 'bench.png'
-    # deit's 16x16 patches cannot cover an 8-pixel-wide image: that entry must be 'n/a', not a crash
+    # deit's 16x16 patches cannot cover an 8-pixel-wide image: with --keep-going that row records the error
     proc = run('--models', 'nalaformer_xt', 'deit_small_patch16_224', '--sizes', '32', '16x8', '--repeats', 1,
-               '--warmup', 1, '--device', 'cpu', '--out-json', out_json, '--out-png', out_png)
+               '--warmup', 1, '--device', 'cpu', '--keep-going', '--out-json', out_json, '--out-png', out_png)
     assert proc.returncode == 0, proc.stderr
     report = json.loads(out_json.read_text())
     rows = {(r['model'], tuple(r['size'])): r for r in report['results']}
     assert set(rows) == {('nalaformer_xt', (32, 32)), ('deit_small_patch16_224', (32, 32)),
                          ('nalaformer_xt', (16, 8)), ('deit_small_patch16_224', (16, 8))}
     failed = rows[('deit_small_patch16_224', (16, 8))]
-    assert failed['status'] == 'n/a' and failed['reason'] and failed['median_ms'] is None
+    assert failed['status'] == 'error' and failed['median_ms'] is None
+    assert failed['error'].startswith('RuntimeError: ') and "Kernel size can't be greater" in failed['error']
+    assert f"| error: {failed['error']} |" in proc.stdout  # the table says why, too
+    assert 'deit_small_patch16_224 at 16x8 b1 failed' in proc.stderr and 'Traceback' in proc.stderr
     for key in [('nalaformer_xt', (32, 32)), ('deit_small_patch16_224', (32, 32)), ('nalaformer_xt', (16, 8))]:
         row = rows[key]
         assert row['status'] == 'ok' and row['median_ms'] > 0 and row['throughput'] > 0 and row['peak_mb'] > 0
@@ -44,6 +50,17 @@ def test_tiny_run_writes_json_and_png(tmp_path):
     assert out_png.read_bytes()[:8] == b'\x89PNG\r\n\x1a\n'
 
 
+def test_a_failing_row_stops_the_benchmark_with_its_error(bench, tmp_path):
+    out_json = tmp_path / 'bench.json'
+    with pytest.raises(RuntimeError, match="Kernel size can't be greater") as failure:
+        bench.main(['--models', 'nalaformer_xt', 'deit_small_patch16_224', '--sizes', '16x8', '--repeats', '1',
+                    '--warmup', '1', '--device', 'cpu', '--no-memory', '--out-json', str(out_json),
+                    '--out-png', str(tmp_path / 'bench.png')])
+    assert any('deit_small_patch16_224 at 16x8 b1 failed' in note and '--keep-going' in note
+               for note in failure.value.__notes__)
+    assert not out_json.exists()
+
+
 def test_train_mode_step_keeps_its_losses(bench):
     import torch
     from nalaformer.analysis.models import ModelSpec
@@ -51,10 +68,11 @@ def test_train_mode_step_keeps_its_losses(bench):
     step()
     assert timed(step, torch.device('cpu')) > 0
     assert len(step.losses) == 2 and step.losses[0].dim() == 0
-    summary = bench.loss_summary(step)
+    summary = loss_summary(step.losses)
     assert summary['losses_finite'] and summary['final_loss'] == pytest.approx(float(step.losses[-1]))
     step.losses.append(torch.tensor(float('nan')))
-    assert bench.loss_summary(step)['losses_finite'] is False
+    assert loss_summary(step.losses)['losses_finite'] is False
+    assert loss_summary([]) == {}  # inference
 
 
 def watch_models(bench, monkeypatch, watch):
@@ -79,7 +97,7 @@ def test_amp_train_step_runs_forward_in_the_autocast_dtype(bench, monkeypatch, a
                                           num_classes=10))  # fp16 matrix products are slow on CPU
     step = bench.make_step(tiny, (32, 32), 2, 'train', torch.device('cpu'), amp=amp)
     step()
-    assert dtypes == [bench.AMP_DTYPES[amp]] and bench.loss_summary(step)['losses_finite']
+    assert dtypes == [bench.AMP_DTYPES[amp]] and loss_summary(step.losses)['losses_finite']
 
 
 def test_train_run_reports_losses_and_amp(bench, tmp_path, capsys):
@@ -112,7 +130,8 @@ def test_statistics(bench):
     rows = [dict(model=m, size=[s, s], batch=b, median_ms=t, peak_mb=mem)
             for m, s, b, t, mem in [('lin', 100, 4, 8.0, 10.0), ('lin', 200, 1, 8.0, 40.0),
                                     ('quad', 100, 4, 8.0, 10.0), ('quad', 200, 1, 32.0, 160.0)]]
-    bench.add_ratios(rows, 'lin')
+    add_ratios(rows, lambda r: r['model'] == 'lin', lambda r: (tuple(r['size']), r['batch']),
+               dict(latency_ratio='median_ms', memory_ratio='peak_mb'))
     assert [r['latency_ratio'] for r in rows] == [1, 1, 1, 4] and rows[3]['memory_ratio'] == 4
     growth = bench.growth(rows)
     # per image: 'lin' 2 ms -> 8 ms for 4x pixels; 'quad' 2 ms -> 32 ms
@@ -246,5 +265,6 @@ def test_segmentor_benchmark_trains_the_configs_model_with_amp(segmentor_tool, t
     (['--config', 'missing.py', '--device', 'cpu'], 'does not exist'),
 ])
 def test_segmentor_benchmark_user_errors_exit_2(segmentor_tool, args, message, capsys):
-    assert segmentor_tool.run_cli(lambda: segmentor_tool.main([*args, '--repeats', '1'])) == 2
-    assert message in capsys.readouterr().err
+    assert run_tool(segmentor_tool.main, [*args, '--repeats', '1']) == 2
+    last = capsys.readouterr().err.strip().splitlines()[-1]  # (after mmengine's warnings)
+    assert last.startswith('error: ') and message in last

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from nalaformer.analysis.flops import count_flops, model_flops, variant_rows
-from nalaformer.analysis.models import ModelSpec, ModelSpecError, create_model, parse_model_spec
+from nalaformer.analysis.models import ModelSpec, ModelSpecError, create_model, model_parameters, parse_model_spec
 from nalaformer.models.layers import NaLaAttention
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -84,6 +84,24 @@ def test_config_files(tmp_path):
                     " mixup=dict(mixup_alpha=0.8))\n")
     spec = parse_model_spec(str(ours))
     assert (spec.name, spec.kwargs) == ('nalaformer_s', {'attn_types': 'nala'})
+
+
+def test_the_wrappers_keys_are_told_from_the_models_by_its_signature(tmp_path):
+    """Every argument of our TimmClassifier / NaLaBackbone (loading options included) stays out of the model's
+    kwargs; what the model's class takes goes in."""
+    import inspect
+    from nalaformer.dense import NaLaBackbone
+    from nalaformer.engine import TimmClassifier
+    assert {'attn_types', 'drop_path_rate'} <= model_parameters('nalaformer_xt')
+    assert not {'pretrained_ema', 'accept_definition_change', 'pretrained'} & model_parameters('nalaformer_xt')
+    for wrapper in (TimmClassifier, NaLaBackbone):
+        own = {name: None for name in inspect.signature(wrapper).parameters if name not in ('arch', 'model_kwargs')}
+        config = tmp_path / f'{wrapper.__name__}.py'
+        config.write_text(f"model = dict(type='{wrapper.__name__}', arch='nalaformer_xt', attn_types='nala', "
+                          f"drop_path_rate=0.1, **{own!r})\n")
+        spec = parse_model_spec(str(config))
+        assert (spec.name, spec.kwargs) == ('nalaformer_xt', {'attn_types': 'nala', 'drop_path_rate': 0.1})
+    assert {'pretrained_ema', 'accept_definition_change'} <= set(inspect.signature(TimmClassifier).parameters)
 
 
 def test_inherited_config_without_mmengine_says_so(tmp_path, monkeypatch):

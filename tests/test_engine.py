@@ -1,6 +1,7 @@
 """Classification training and evaluation through tools/train.py and tools/test.py (tiny, CPU)."""
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -167,6 +168,22 @@ def test_dual_ema_tracking_the_raw_weights_reports_the_raw_metrics(tiny_imagefol
     train(work, tiny_imagefolder, epochs=1, extra=['custom_hooks.0.momentum=0.99999'])  # EMA ~ raw weights
     [val] = [r for r in logged_scalars(work) if 'accuracy/top1' in r]
     assert val['ema/accuracy/top1'] == val['accuracy/top1'] and val['ema/accuracy/top5'] == val['accuracy/top5']
+
+
+@pytest.mark.slow
+def test_auto_scale_lr_and_ema_follow_the_total_batch(tiny_imagefolder, tmp_path):
+    """The release's rules at 6 images x 2 accumulation steps: lr x 12 / 1024, EMA decay 0.99996 ** (6 / 512) per
+    iteration; both are logged, and the best raw and the best EMA checkpoints are kept."""
+    work = tmp_path / 'scaled'
+    result = run_tool('train.py', CONFIG, '--auto-scale-lr', '--work-dir', work, '--cfg-options',
+                      *tiny_options(tiny_imagefolder, 1, ['optim_wrapper.accumulative_counts=2']))
+    log = result.stdout + result.stderr
+    assert 'total batch 12 (1 processes x 6 images x 2 accumulation steps) / base_batch_size 1024' in log
+    lrs = [r['lr'] for r in logged_scalars(work) if 'lr' in r]
+    assert lrs and lrs == pytest.approx([2e-3 * 12 / 1024] * len(lrs))
+    [momentum] = re.findall(r'EMA momentum ([0-9.e+-]+) per iteration', log)
+    assert float(momentum) == pytest.approx(1 - 0.99996 ** (6 / 512), rel=1e-3)
+    assert list(work.glob('best_accuracy_top1_epoch_1.pth')) and list(work.glob('best_ema_accuracy_top1_epoch_1.pth'))
 
 
 def test_missing_dataset_folder_is_named(tmp_path):
@@ -344,11 +361,11 @@ def test_truncated_last_checkpoint_names_the_one_to_resume_from(relu_run, tiny_i
 
 
 @pytest.mark.slow
-def test_error_inside_training_keeps_its_traceback_and_names_the_image(tiny_imagefolder, tmp_path):
+def test_unreadable_validation_image_keeps_its_traceback_and_names_the_image(tiny_imagefolder, tmp_path):
     import shutil
     data = tmp_path / 'data'
     shutil.copytree(tiny_imagefolder, data)
-    broken = data / 'train' / 'class1' / '3.png'
+    broken = data / 'val' / 'class1' / '3.png'
     broken.write_bytes(b'not an image')
     result = train(tmp_path / 'w', data, epochs=1, check=False)
     assert result.returncode != 0

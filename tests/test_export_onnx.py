@@ -60,9 +60,9 @@ def randomise_norms(model):
     return model
 
 
-def fused_kernels_in(module):
+def fused_attn_types_in(module):
     kernels = [m for m in module.modules() if isinstance(m, AttentionKernel)]
-    return {kernel.kernel_name for kernel in kernels if kernel.kernel_name != kernel.function_name}
+    return {kernel.attn_type for kernel in kernels if kernel.attn_type != kernel.function_name}
 
 
 @pytest.mark.slow
@@ -137,7 +137,7 @@ def test_fused_kernels_a_checkpoint_records_become_their_pytorch_kernels(tmp_pat
     model = target.module
     assert model.attn_types == ('nala', 'nala_cos', 'softmax', 'relu')
     assert model.kernel_kwargs == (None, dict(alpha=5.0), None, dict(power=2.0))
-    assert not fused_kernels_in(model) and fused_kernels_in(fused) == {'nala_triton', 'nala_cos_triton'}
+    assert not fused_attn_types_in(model) and fused_attn_types_in(fused) == {'nala_triton', 'nala_cos_triton'}
     assert "-> ('nala', 'nala_cos', 'softmax', 'relu')" in target.notes[0]
     own = model.state_dict()
     for key, value in fused.state_dict().items():
@@ -150,7 +150,7 @@ def test_fused_kernels_a_config_names_become_their_pytorch_kernels(tmp_path):
     config.write_text(f"_base_ = ['{CLASSIFIER_XT}']\n"
                       "model = dict(attn_types=('nala_triton', 'nala_triton', 'softmax', 'softmax'))\n")
     target = config_target(str(config))
-    assert target.module.attn_types == ('nala', 'nala', 'softmax', 'softmax') and not fused_kernels_in(target.module)
+    assert target.module.attn_types == ('nala', 'nala', 'softmax', 'softmax') and not fused_attn_types_in(target.module)
     assert target.output_names == ('logits',) and "-> ('nala', 'nala', 'softmax', 'softmax')" in target.notes[0]
 
 

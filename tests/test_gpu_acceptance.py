@@ -120,6 +120,22 @@ def test_bandwidth_target_needs_the_bound_and_all_skipped_tests_are_not_a_pass(s
     assert got[s.CHECKS['kernel_tests']] == (s.NOT_MEASURED, '0 passed, 0 failed, 0 errors, 12 skipped: none ran')
 
 
+def test_a_model_that_failed_is_named_with_its_error(summary_tool, tmp_path):
+    """benchmark.py --keep-going records a failing model's error in its row; the summary passes it on."""
+    s = summary_tool
+    report = training_report('bf16', dict(median_ms=64.0, throughput=1000.0, peak_mb=None, final_loss=6.9,
+                                          losses_finite=True), {})
+    report['results'][1] = dict(model='fused:nalaformer_t', size=[224, 224], batch=64, status='error',
+                                error='RuntimeError: Triton compilation failed', median_ms=None)
+    write_work(tmp_path, {'train_bf16.json': report}, {'train_bf16': (0, 100, 130)})
+    summary = s.summarise(tmp_path)
+    got = statuses(summary)
+    assert got[s.CHECKS['train_bf16']] == (s.NOT_MET, 'fused:nalaformer_t: error: RuntimeError: Triton compilation '
+                                                      'failed')
+    assert got[s.TRAIN_TARGETS[0]][0] == s.NOT_MEASURED
+    assert 'error: RuntimeError: Triton compilation failed' in s.render(summary)
+
+
 def script_steps():
     """(name, budget) of each `step NAME BUDGET ...` line of the script, and of its header's list."""
     text = SCRIPT.read_text()

@@ -360,12 +360,12 @@ def test_protocol_configs_build_the_paper_rows_with_swins_recipe(name):
     assert isinstance(model, NaLaSwinTransformer)
     assert (model.attn_types, model.kernel_kwargs) == (attn_types, kernel_kwargs)
     assert model.layers[-1].blocks[-1].drop_path1.drop_prob == pytest.approx(0.2)  # Swin-T's drop path
-    for stage, kernel, kwargs in zip(model.layers, attn_types, kernel_kwargs):
+    for stage, attn_type, kwargs in zip(model.layers, attn_types, kernel_kwargs):
         for block in stage.blocks:
-            if kernel == SHIFTED_WINDOW:
+            if attn_type == SHIFTED_WINDOW:
                 assert type(block.attn) is WindowAttention
             else:
-                assert type(block.attn.kernel) is ATTENTION_KERNELS[kernel]
+                assert type(block.attn.kernel) is ATTENTION_KERNELS[attn_type]
                 assert all(getattr(block.attn.kernel, k) == v for k, v in (kwargs or {}).items())
     # Swin's recipe: batch 8 x 128 at lr 1e-3, wd 0.05, 20 warm-up epochs then cosine to epoch 300, no
     # repeated augmentation, no EMA.

@@ -106,10 +106,12 @@ def test_runs_out_of_gpu_memory_are_reported_and_accounted(tool, monkeypatch):
     args = tool.parse_args(['--tiny'])
     run = dict(slot='softmax_explicit', mode='train', size=[24, 24], amp='none', accounted=None, measured=None,
                fits=True, status='ok')
-    monkeypatch.setattr(tool, 'measure_memory', lambda run, args: dict(
-        error='OutOfMemoryError: CUDA out of memory. Tried to allocate 64.00 GiB'))
-    tool.add_measured(run, args)
+    def out_of_memory(run, args):
+        raise torch.cuda.OutOfMemoryError('CUDA out of memory. Tried to allocate 64.00 GiB')
+    monkeypatch.setattr(tool, 'measure_memory', out_of_memory)
+    tool.add_measured(run, args)  # without --keep-going: running out of memory is a result, not a failure
     assert run['status'] == 'out of memory' and run['fits'] is False and run['measured'] is None
+    assert 'Tried to allocate 64.00 GiB' in run['error']
     tool.add_accounted(tool.parse_model_spec(args.model), run, args, budget=10 ** 6)
     assert run['accounted']['peak_mb'] > 0 and run['status'] == 'out of memory'
 

@@ -65,7 +65,7 @@ def test_every_kernel_in_the_global_slot_trains(attn_type):
     if attn_type == WINDOW_ONLY:
         assert all(slot is None for slot in slots)
     else:  # the slot's kernel is the one asked for, and gradients reach through it
-        assert all(slot.attn.kernel.kernel_name == attn_type for slot in slots)
+        assert all(slot.attn.kernel.attn_type == attn_type for slot in slots)
         assert all(slot.attn.qkvg.weight.grad.abs().sum() > 0 for slot in slots)
 
 

@@ -164,14 +164,26 @@ def test_custom_operators_pass_opcheck(alpha):
         == {'SUCCESS'}
 
 
-def test_supported_inputs():
+def test_supported_inputs_and_why_others_are_not():
     q, k, v, rope = make_inputs(1, 2, 3, 5, 32)
-    assert nala_triton.triton_supported(q, k, v, rope)
-    assert not nala_triton.triton_supported(q, k, v, rope[:, :-1])  # a table for another grid
-    assert not nala_triton.triton_supported(q, k, v, rope.clone().requires_grad_())
-    assert not nala_triton.triton_supported(q[..., :30], k[..., :30], v[..., :30], rope[..., :30])  # d % 4
-    assert not nala_triton.triton_supported(*make_inputs(1, 1, 2, 3, 192))  # head dim above 128
-    assert not nala_triton.triton_supported(q, k.double(), v, rope)
+    assert nala_triton.triton_supported(q, k, v, rope) and nala_triton.unsupported_reason(q, k, v, rope) is None
+    for inputs, reason in [
+        ((q, k, v, rope[:, :-1]), 'the RoPE table has shape (2, 14, 32), not (2, 15, 32)'),  # another grid's table
+        ((q, k, v, rope.clone().requires_grad_()), 'the RoPE table requires grad'),
+        ((q[..., :30], k[..., :30], v[..., :30], rope[..., :30]), 'head dim 30 is not a multiple of 4'),
+        (make_inputs(1, 1, 2, 3, 192), 'head dim 192 is above 128'),
+        ((q, k.double(), v, rope), 'q, k, v have dtypes torch.float32, torch.float64, torch.float32'),
+    ]:
+        assert not nala_triton.triton_supported(*inputs)
+        assert nala_triton.unsupported_reason(*inputs).startswith(reason)
+
+
+def test_fused_kernels_are_built_with_the_papers_constants():
+    """The Triton kernels do not import nalaformer.ops, which dispatches to them: they hold the same constants."""
+    from nalaformer.kernels import nala_jit
+    from nalaformer.ops import nala
+    for name in ('LAMBDA', 'TAU', 'NORMALISER_EPS', 'DIRECTION_EPS'):
+        assert getattr(nala_jit, name) == getattr(nala, name), name
 
 
 # ----------------------------------------------------------------------------------------------
@@ -243,6 +255,16 @@ def test_fused_backend_falls_back_to_the_pytorch_operator(monkeypatch):
     expected = [kernel_outputs(build_attention_kernel('nala'), q, k, v, rope)]
     with use_nala_backend('fused'):
         assert_same(kernel_outputs(kernel, q, k, v, rope), expected[0])
+
+
+def test_a_fused_request_that_falls_back_says_why_once():
+    kernel = build_attention_kernel('nala')
+    q, k, v, rope = make_inputs(1, 1, 2, 3, 132)  # a head dim that no other test asks the fused backend for
+    with pytest.warns(UserWarning) as caught, use_nala_backend('fused'):
+        for _ in range(3):
+            kernel(q, k, v, rope)
+    said = [str(w.message) for w in caught if 'NaLa' in str(w.message)]
+    assert said == ["the 'fused' NaLa backend runs the PyTorch operator instead: head dim 132 is above 128"]
 
 
 def test_fused_backend_keeps_half_inputs():
@@ -340,12 +362,12 @@ def test_gradient_checkpointing_with_fused_stages():
 FUSED_XT_STAGES = ('nala_triton', 'nala_triton', 'softmax', 'softmax')
 
 
-def reference_and_fused(model_name, config=None, **fused_kernels):
-    """(model with the reference kernels, the same model and weights with ``fused_kernels``), in eval mode on DEVICE."""
+def reference_and_fused(model_name, config=None, **fused_kwargs):
+    """(model with the reference kernels, the same model and weights with ``fused_kwargs``), in eval mode on DEVICE."""
     torch.manual_seed(0)
     config = config or {}
     default = timm.create_model(model_name, **config).eval().to(DEVICE)
-    fused_model = timm.create_model(model_name, **fused_kernels, **config)
+    fused_model = timm.create_model(model_name, **fused_kwargs, **config)
     fused_model.load_state_dict(default.state_dict())
     return default, fused_model.eval().to(DEVICE)
 

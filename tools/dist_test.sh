@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
-# Distributed evaluation with torchrun, any task (classification, segmentation, detection).
+# Distributed evaluation with torch's elastic launcher, any task (classification, segmentation, detection);
+# the signature and environment of mmdetection's and mmsegmentation's dist_test.sh.
 #
 #   tools/dist_test.sh CONFIG CHECKPOINT GPUS [tools/test.py options, e.g. --tta --show-dir DIR]
 #
-# Environment: NNODES (1), NODE_RANK (0), MASTER_ADDR (127.0.0.1), PORT (29500).
+# GPUS: processes on this node. Environment: NNODES (1), NODE_RANK (0), MASTER_ADDR (127.0.0.1),
+# PORT (29500), PYTHON (python).
 set -euo pipefail
 if [ $# -lt 3 ]; then
-    echo "usage: $0 CONFIG CHECKPOINT GPUS_PER_NODE [tools/test.py options]" >&2
+    echo "usage: $0 CONFIG CHECKPOINT GPUS [tools/test.py options]" >&2
     exit 2
 fi
 CONFIG=$1
@@ -14,8 +16,7 @@ CHECKPOINT=$2
 GPUS=$3
 shift 3
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
-PYTHONPATH="$ROOT:${PYTHONPATH:-}" exec python -m torch.distributed.run \
-    --nnodes="${NNODES:-1}" --node_rank="${NODE_RANK:-0}" \
-    --master_addr="${MASTER_ADDR:-127.0.0.1}" --master_port="${PORT:-29500}" \
-    --nproc_per_node="$GPUS" \
+PYTHONPATH="$ROOT:${PYTHONPATH:-}" exec "${PYTHON:-python}" -m torch.distributed.run \
+    --nnodes="${NNODES:-1}" --node_rank="${NODE_RANK:-0}" --master_addr="${MASTER_ADDR:-127.0.0.1}" \
+    --nproc_per_node="$GPUS" --master_port="${PORT:-29500}" \
     "$ROOT/tools/test.py" "$CONFIG" "$CHECKPOINT" --launcher pytorch "$@"

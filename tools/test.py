@@ -21,7 +21,9 @@ from mmengine.config import DictAction
 
 import nalaformer.engine  # noqa: F401
 from nalaformer.checkpoint import Checkpoint, CheckpointError, load_checkpoint_into
-from nalaformer.engine.launch import ConfigError, build_runner, check_dataset_files, finalize_config, load_config
+from nalaformer.engine.launch import (
+    ConfigError, apply_thread_policy, build_runner, check_dataset_files, finalize_config, load_config,
+)
 from nalaformer.engine.sr_metrics import report_lines
 
 
@@ -40,6 +42,9 @@ def parse_args(argv=None):
                         help="test-time augmentation with the config's tta_pipeline and tta_model "
                              '(segmentation: scales 0.5-1.75 and flips)')
     parser.add_argument('--out-json', metavar='FILE', help='also write the metrics to FILE as JSON')
+    parser.add_argument('--threads', type=int, metavar='N',
+                        help="CPU threads (default: the config's env_cfg.threads, else the cores that other "
+                             "processes leave free; OMP_NUM_THREADS wins over both)")
     parser.add_argument('--cfg-options', nargs='+', action=DictAction, help='override config keys: key=value ...')
     parser.add_argument('--launcher', choices=['none', 'pytorch', 'slurm', 'mpi'], default='none')
     parser.add_argument('--local-rank', '--local_rank', type=int, default=0)
@@ -74,7 +79,9 @@ def main(argv=None):
         cfg.test_dataloader.dataset.pipeline = cfg.tta_pipeline
         cfg.model = dict(cfg.tta_model, module=cfg.model)
     check_dataset_files(cfg, ('test',))
+    threads = apply_thread_policy(cfg, args.threads)
     runner = build_runner(cfg)
+    runner.logger.info(threads)
     load_checkpoint_into(runner.model, checkpoint, ema=args.ema, accept_definition_change=args.accept_definition_change,
                          cfg_prefix='model.' if single_model else 'model.backbone.')
     metrics = runner.test()

@@ -14,8 +14,9 @@ from mmengine.config import DictAction
 
 import nalaformer.engine  # noqa: F401  (registers models, datasets, hooks, metrics, runner)
 from nalaformer.checkpoint import CheckpointError
+from nalaformer.engine import DivergenceError, Preempted
 from nalaformer.engine.launch import (
-    ConfigError, apply_amp, build_runner, check_dataset_files, finalize_config, load_config,
+    ConfigError, apply_amp, apply_thread_policy, build_runner, check_dataset_files, finalize_config, load_config,
 )
 
 
@@ -27,8 +28,13 @@ def parse_args(argv=None):
                         help='resume from CKPT, or from the latest checkpoint in the work dir when no path is given')
     parser.add_argument('--amp', nargs='?', const='bfloat16', choices=['bfloat16', 'float16'],
                         help='mixed precision (attention math stays fp32); default bfloat16')
-    parser.add_argument('--auto-scale-lr', action='store_true', help='scale lr by total batch / auto_scale_lr.base')
+    parser.add_argument('--auto-scale-lr', action='store_true',
+                        help='scale the lr by the total batch (processes x batch size x accumulation) / '
+                             'auto_scale_lr.base_batch_size; the log says what it set')
     parser.add_argument('--wandb', metavar='PROJECT', help='also log to Weights & Biases (WANDB_MODE=offline works)')
+    parser.add_argument('--threads', type=int, metavar='N',
+                        help="CPU threads (default: the config's env_cfg.threads, else the cores that other "
+                             "processes leave free; OMP_NUM_THREADS wins over both)")
     parser.add_argument('--cfg-options', nargs='+', action=DictAction, help='override config keys: key=value ...')
     parser.add_argument('--launcher', choices=['none', 'pytorch', 'slurm', 'mpi'], default='none')
     parser.add_argument('--local-rank', '--local_rank', type=int, default=0)
@@ -56,15 +62,24 @@ def main(argv=None):
     if args.amp:
         apply_amp(cfg, args.amp)
     if args.auto_scale_lr:
+        if not (cfg.get('auto_scale_lr') or {}).get('base_batch_size'):
+            raise ConfigError('--auto-scale-lr: the config has no auto_scale_lr.base_batch_size (the total batch its '
+                              'lr is for); add auto_scale_lr = dict(base_batch_size=N)')
         cfg.auto_scale_lr.enable = True
     if args.wandb:
         add_wandb(cfg, args.wandb)
     check_dataset_files(cfg, ('train', 'val'))
-    build_runner(cfg).train()
+    threads = apply_thread_policy(cfg, args.threads)
+    runner = build_runner(cfg)
+    runner.logger.info(threads)
+    runner.train()
 
 
 if __name__ == '__main__':
     try:
         main()
-    except (ConfigError, CheckpointError) as e:  # what the user asked for is wrong; anything else keeps its traceback
+    except (ConfigError, CheckpointError, DivergenceError) as e:  # the user's to fix; anything else keeps its traceback
         sys.exit(f'error: {e}')
+    except Preempted as e:  # a checkpoint was written: exit as a signal-terminated process would
+        print(e, file=sys.stderr)
+        sys.exit(e.exit_code)

@@ -1,6 +1,6 @@
 # NaLaFormer-T + UperNet on Cityscapes (19 classes), 80k iterations at 8 GPUs x 2 images, 512x1024 crops.
-# The paper gives no Cityscapes protocol (press coverage cites 82.5 mIoU for T); this is mmseg's usual
-# Cityscapes recipe. Testing slides a training-sized window over the 1024x2048 images.
+# The paper reports no Cityscapes result and gives no Cityscapes protocol: this is the ADE20K UperNet recipe
+# over mmseg's usual Cityscapes schedule. Testing slides a training-sized window over the 1024x2048 images.
 _base_ = [
     '../_base_/models/upernet_nalaformer.py', 'mmseg::_base_/datasets/cityscapes.py',
     '../_base_/seg_runtime.py', '../_base_/schedules/seg_adamw_80k.py'

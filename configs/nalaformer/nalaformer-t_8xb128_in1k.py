@@ -5,4 +5,4 @@ _base_ = [
     '../_base_/schedules/imagenet_bs1024_adamw_300e.py',
     '../_base_/default_runtime.py',
 ]
-model = dict(arch='nalaformer_t', drop_path_rate=0.1)
+model = dict(arch='nalaformer_t', drop_path_rate=0.1)  # drop path: release NALA.py NALAFORMER_T

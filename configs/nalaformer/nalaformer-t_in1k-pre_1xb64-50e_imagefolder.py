@@ -24,3 +24,4 @@ custom_hooks = [
     dict(type='EpochSeedHook'),
     dict(type='ResumableCheckpointHook'),
 ]
+auto_scale_lr = dict(base_batch_size=64)  # --auto-scale-lr: lr 1e-4 is for 1 x 64 images

@@ -8,3 +8,4 @@ optim_wrapper = dict(optimizer=dict(lr=2e-5, weight_decay=1e-8))
 param_scheduler = [dict(type='CosineAnnealingLR', eta_min=2e-7, by_epoch=True, begin=0, end=30,
                         convert_to_iter_based=True)]
 train_cfg = dict(max_epochs=30)
+auto_scale_lr = dict(base_batch_size=512)  # --auto-scale-lr: lr 2e-5 is for 8 x 64 images

@@ -16,3 +16,4 @@ custom_hooks = [
     dict(type='EpochSeedHook'),            # exact resume from epoch-end checkpoints
     dict(type='ResumableCheckpointHook'),  # checkpoints load with torch.load(weights_only=True)
 ]
+default_hooks = dict(checkpoint=dict(save_best='accuracy/top1'))  # no EMA, so no ema/ metrics

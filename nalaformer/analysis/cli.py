@@ -1,26 +1,20 @@
-"""Command-line plumbing shared by ``tools/analysis``: exit code 2 with a message on user errors,
-and the model/image/block options of the attention tools."""
+"""Command-line plumbing of the attention tools in ``tools/analysis``: the options choosing a model, its weights,
+the images and one attention block, and that block's queries and keys. (Every analysis tool runs its ``main``
+through :func:`nalaformer.errors.run_tool`: the project's own errors print one line and exit 2.)"""
 import argparse
-import sys
 from pathlib import Path
-from typing import Callable, List, Tuple
+from typing import List, Tuple
 
 import torch
 
+from ..errors import ConfigError
+from ..threads import apply_threads
 from .entropy import capture_qk
+from .grids import parse_size
 from .images import default_image_paths, load_images
-from .models import ModelSpecError, create_model, parse_model_spec, parse_size
+from .models import create_model, parse_model_spec
 
-__all__ = ['run_cli', 'add_block_args', 'block_qk']
-
-
-def run_cli(main: Callable[[], int]) -> int:
-    """Run ``main``; an unknown model, bad size or bad option prints ``error: ...`` and returns 2."""
-    try:
-        return main()
-    except (ModelSpecError, ValueError) as e:
-        print(f'error: {e}', file=sys.stderr)
-        return 2
+__all__ = ['add_block_args', 'block_qk']
 
 
 def add_block_args(parser: argparse.ArgumentParser):
@@ -34,6 +28,8 @@ def add_block_args(parser: argparse.ArgumentParser):
     parser.add_argument('--stage', type=int, default=0)
     parser.add_argument('--block', type=int, default=0)
     parser.add_argument('--seed', type=int, default=0, help='seed of the random init')
+    parser.add_argument('--threads', type=int, default=None,
+                        help='CPU threads (default: the cores other processes leave free; OMP_NUM_THREADS wins)')
 
 
 def block_qk(args: argparse.Namespace) -> Tuple[torch.Tensor, torch.Tensor, Tuple[int, int], torch.Tensor, List[str]]:
@@ -44,7 +40,8 @@ def block_qk(args: argparse.Namespace) -> Tuple[torch.Tensor, torch.Tensor, Tupl
     paths = [Path(p) for p in (args.images or default_image_paths())]
     missing = [str(p) for p in paths if not p.is_file()]
     if missing:
-        raise ModelSpecError(f'image files not found: {missing}')
+        raise ConfigError(f'image files not found: {missing}')
+    print(apply_threads(args.threads).describe())
     torch.manual_seed(args.seed)
     model = create_model(spec, img_size=size, checkpoint=args.checkpoint)
     images, pixels = load_images(paths, size, model.pretrained_cfg['mean'], model.pretrained_cfg['std'])

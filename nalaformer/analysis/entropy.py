@@ -19,6 +19,7 @@ from typing import Optional, Tuple
 import torch
 import torch.nn as nn
 
+from ..errors import ConfigError
 from ..ops.nala import ATTENTION_KERNELS, build_attention_kernel
 
 __all__ = ['KERNELS', 'attention_probs', 'entropy', 'attention_entropy', 'norm_sweep', 'pearson', 'spearman',
@@ -40,7 +41,7 @@ def attention_probs(kernel: str, q: torch.Tensor, k: torch.Tensor,
     if kernel == 'softmax':
         return torch.softmax(q @ k.transpose(-2, -1) * q.shape[-1] ** -0.5, dim=-1)
     if module.feature_maps is None:
-        raise ValueError(f'attention kernel {kernel!r} is not one linear attention (no feature maps), so it has no '
+        raise ConfigError(f'attention kernel {kernel!r} is not one linear attention (no feature maps), so it has no '
                          f'single distribution over keys; choose from {KERNELS}')
     phi_q, phi_k = module.feature_maps(q, k)
     scores = phi_q @ phi_k.transpose(-2, -1)
@@ -112,7 +113,7 @@ def capture_qk(model: nn.Module, images: torch.Tensor, stage: int,
     try:
         attn = model.layers[stage].blocks[block].attn
     except (AttributeError, IndexError, TypeError):
-        raise ValueError(f'{type(model).__name__} has no attention at layers[{stage}].blocks[{block}] '
+        raise ConfigError(f'{type(model).__name__} has no attention at layers[{stage}].blocks[{block}] '
                          f'(needs a NaLaFormer-layout model)') from None
     captured = {}
     hook = attn.register_forward_pre_hook(lambda _, args: captured.update(grid=tuple(args[0].shape[-2:])))

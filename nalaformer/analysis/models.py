@@ -1,4 +1,4 @@
-"""Model specs for the analysis tools: names, kwargs, config files, sizes, clear errors.
+"""Model specs for the analysis tools: names, kwargs, config files, benchmark entries, clear errors.
 
 A spec is a timm model name, optionally with keyword arguments in call syntax, or the path
 of a Python config file with a ``model = dict(...)`` entry::
@@ -10,33 +10,35 @@ of a Python config file with a ``model = dict(...)`` entry::
 """
 import ast
 import difflib
+import inspect
 import runpy
 from dataclasses import dataclass, field
+from functools import lru_cache
 from pathlib import Path
-from typing import Dict, Optional, Tuple
+from typing import Dict, FrozenSet, Optional, Tuple
 
 import timm
+import torch
 import torch.nn as nn
 from timm.models import get_pretrained_cfg_value
 
 import nalaformer  # noqa: F401  (registers the nalaformer_* models in timm)
+from ..errors import ConfigError
 
-__all__ = ['ModelSpecError', 'ModelSpec', 'parse_model_spec', 'check_model_name', 'parse_size', 'create_model',
-           'format_error']
+__all__ = ['ModelSpecError', 'ModelSpec', 'VARIANTS', 'parse_model_spec', 'parse_entry', 'check_model_name',
+           'model_parameters', 'create_model']
 
 # Where OpenMMLab model dicts name the timm model: ours (TimmClassifier, NaLaBackbone) use ``arch``,
 # mmpretrain's TIMMBackbone ``model_name``; a dict may also be the timm model itself (``type``).
 NAME_KEYS = ('arch', 'model_name', 'type')
-# Keys of those dicts that are not timm model kwargs.
-FRAMEWORK_KEYS = frozenset({
-    *NAME_KEYS, '_scope_', 'pretrained', 'checkpoint_path', 'init_cfg', 'data_preprocessor', 'features_only',
-    'out_indices', 'frozen_stages', 'norm_eval', 'with_cp', 'out_norms', 'in_channels', 'mixup',
-    'label_smoothing', 'grad_checkpointing', 'train_cfg', 'test_cfg',
-})
+# Prefixes of a benchmark's model entry: our model on another NaLa backend, or the release's model.
+BACKEND_VARIANTS = ('fused', 'reference')
+VARIANTS = (*BACKEND_VARIANTS, 'release')
 
 
-class ModelSpecError(ValueError):
-    """An unknown model, unreadable config or bad size; the message says what to do instead."""
+class ModelSpecError(ConfigError):
+    """An unknown model, an unreadable config, or an argument the model does not take or a value it rejects; the
+    message says what to do instead."""
 
 
 @dataclass(frozen=True)
@@ -63,6 +65,16 @@ def parse_model_spec(spec: str) -> ModelSpec:
     return ModelSpec(name, kwargs, spec.strip())
 
 
+def parse_entry(text: str) -> Tuple[ModelSpec, Optional[str]]:
+    """A benchmark's model entry: its spec (labelled with the whole entry) and its :data:`VARIANTS` prefix, if any
+    (``fused:<spec>``, ``reference:<spec>``, ``release:<spec>``)."""
+    variant, _, rest = text.partition(':')
+    if variant not in VARIANTS or not rest:
+        return parse_model_spec(text), None
+    spec = parse_model_spec(rest)
+    return ModelSpec(spec.name, spec.kwargs, text.strip()), variant
+
+
 def _literal_kwargs(args: str, spec: str) -> Dict[str, object]:
     try:
         call = ast.parse(f'f({args}', mode='eval').body
@@ -86,7 +98,9 @@ def check_model_name(name: str):
 
 
 def _spec_from_config(path: Path) -> ModelSpec:
-    """The timm model of a config: ``model`` or ``model['backbone']`` naming one in a :data:`NAME_KEYS` entry."""
+    """The timm model of a config: ``model`` or ``model['backbone']`` naming one in a :data:`NAME_KEYS` entry, with
+    the entries of that dict the model takes (:func:`model_parameters`); the others are the wrapper's (e.g.
+    ``pretrained``, ``mixup``, ``out_indices``)."""
     if not path.is_file():
         raise ModelSpecError(f'config file {path} does not exist')
     model_cfg = _read_config_model(path)
@@ -96,7 +110,8 @@ def _spec_from_config(path: Path) -> ModelSpec:
         name = next((candidate[k] for k in NAME_KEYS if isinstance(candidate.get(k), str)
                      and timm.is_model(candidate[k])), None)
         if name:
-            kwargs = {k: v for k, v in candidate.items() if k not in FRAMEWORK_KEYS}
+            taken = model_parameters(name)
+            kwargs = {k: v for k, v in candidate.items() if k in taken}
             part = '' if candidate is model_cfg else ' (backbone only)'
             return ModelSpec(name, kwargs, f'{path.name}: {name}{part}')
     raise ModelSpecError(
@@ -121,18 +136,20 @@ def _read_config_model(path: Path) -> dict:
     return dict(model)
 
 
-def parse_size(text: str) -> Tuple[int, int]:
-    """'224' -> (224, 224); '448x672' -> (448, 672) as (H, W)."""
-    parts = text.lower().split('x')
+@lru_cache(maxsize=None)
+def model_parameters(name: str) -> FrozenSet[str]:
+    """The keyword arguments the class of timm model ``name`` takes by name (its ``__init__``'s parameters).
+
+    The class is found by building the model on the meta device (no memory, no weights), or, where the meta
+    device cannot build it, on the CPU.
+    """
     try:
-        size = tuple(int(p) for p in parts)
-    except ValueError:
-        size = ()
-    if len(size) == 1:
-        size = size * 2
-    if len(size) != 2 or min(size) <= 0:
-        raise ModelSpecError(f'bad image size {text!r}: give a positive side (224) or HxW (448x672)')
-    return size
+        with torch.device('meta'):
+            model_class = type(timm.create_model(name))
+    except (RuntimeError, NotImplementedError):  # e.g. an .item() while building
+        model_class = type(timm.create_model(name))
+    kinds = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+    return frozenset(p.name for p in inspect.signature(model_class).parameters.values() if p.kind in kinds)
 
 
 def create_model(spec: ModelSpec, img_size: Optional[Tuple[int, int]] = None,
@@ -149,11 +166,5 @@ def create_model(spec: ModelSpec, img_size: Optional[Tuple[int, int]] = None,
         kwargs['pretrained_cfg_overlay'] = dict(file=str(checkpoint))
     try:
         return timm.create_model(spec.name, pretrained=bool(checkpoint), **kwargs)
-    except TypeError as e:  # a kwarg the model does not take
+    except (TypeError, ValueError) as e:  # a kwarg the model does not take, or a value it rejects
         raise ModelSpecError(f'{spec.label}: {e}') from None
-
-
-def format_error(error: BaseException) -> str:
-    """First line of an exception, for 'n/a' entries in result tables."""
-    text = str(error).strip().splitlines()
-    return f'{type(error).__name__}: {text[0] if text else ""}'[:300]

@@ -5,7 +5,10 @@ mmengine's own; data augmentation, Mixup/CutMix and losses are timm's.
 """
 from .checkpoint import NaLaRunner, ResumableCheckpointHook
 from .classifier import TimmClassifier
-from .data import ImageFolderDataset, RepeatAugSampler
+from .data import ImageFolderDataset, RepeatAugSampler, UnreadableImageHook
+from .guard import DivergenceError, NonFiniteGuardHook
+from .loops import ResumableEpochBasedTrainLoop, ResumableIterBasedTrainLoop
+from .preemption import Preempted, PreemptionHook
 from .hooks import DualEMAHook, EpochSeedHook
 from .metrics import Accuracy
 from .optim import CPUAmpOptimWrapper

@@ -7,21 +7,28 @@ state as tensors and plain data and rebuilds it on load. :class:`NaLaRunner` wri
 checkpoint atomically, records the definitions of the project's models in it, reads checkpoints
 through :mod:`nalaformer.checkpoint` and checks recorded definitions when it loads one.
 """
+import copy
 import os
 import os.path as osp
 
 import numpy as np
 import torch
-from mmengine.dist import master_only
+from mmengine.dist import all_gather_object, get_world_size, is_main_process
 from mmengine.hooks import Hook
 from mmengine.logging import HistoryBuffer
 from mmengine.model import is_model_wrapper
+from mmengine.optim import OptimWrapperDict
 from mmengine.registry import HOOKS, RUNNERS
 from mmengine.runner import CheckpointLoader, Runner
 
 from ..checkpoint import (
     Checkpoint, CheckpointError, check_recorded_definitions, model_definitions, newest_readable_checkpoint,
 )
+from .loops import capture_rng
+
+# mmengine's loops -> the ones that resume from any iteration (nalaformer.engine.loops)
+RESUMABLE_LOOPS = {'EpochBasedTrainLoop': 'ResumableEpochBasedTrainLoop',
+                   'IterBasedTrainLoop': 'ResumableIterBasedTrainLoop'}
 
 _HISTORY_BUFFER = '__history_buffer__'
 
@@ -85,21 +92,36 @@ def load_runner_checkpoint(filename: str, map_location=None) -> dict:
 @RUNNERS.register_module()
 class NaLaRunner(Runner):
     """mmengine's Runner whose checkpoints are atomic (temporary file, then rename), record the
-    definitions of the project's models (``meta.model_definitions``) and are checked against them on load."""
+    definitions of the project's models (``meta.model_definitions``) and every rank's random-number
+    state (``meta.rng_states``), are checked against the definitions on load, and whose training loops
+    resume from any iteration (:mod:`nalaformer.engine.loops`); its ``auto_scale_lr`` counts gradient
+    accumulation in the total batch and logs what it set."""
 
     def __init__(self, *args, **kwargs):
         # mmengine reads local checkpoints with a bare torch.load and no word on what went wrong; this
         # runner's (resume, load_from) go through nalaformer.checkpoint instead. mmengine keeps one
         # loader per scheme, so registering replaces it for the process: that is why it happens here.
         CheckpointLoader.register_scheme(prefixes='', loader=load_runner_checkpoint, force=True)
+        self._resumed_rng_states = None
         super().__init__(*args, **kwargs)
 
     def _unwrapped_model(self) -> torch.nn.Module:
         return self.model.module if is_model_wrapper(self.model) else self.model
 
-    @master_only
+    def build_train_loop(self, loop):
+        if isinstance(loop, dict):
+            loop = copy.deepcopy(loop)
+            if 'type' not in loop and 'by_epoch' in loop:
+                loop['type'] = 'EpochBasedTrainLoop' if loop.pop('by_epoch') else 'IterBasedTrainLoop'
+            loop['type'] = RESUMABLE_LOOPS.get(loop.get('type'), loop.get('type'))
+        return super().build_train_loop(loop)
+
     def save_checkpoint(self, out_dir: str, filename: str, *args, meta=None, **kwargs) -> None:
-        meta = dict(meta or {}, model_definitions=model_definitions(self._unwrapped_model()))
+        # every rank calls this (mmengine's CheckpointHook does); only the main process writes
+        rng_states = all_gather_object(capture_rng()) if get_world_size() > 1 else [capture_rng()]
+        if not is_main_process():
+            return
+        meta = dict(meta or {}, model_definitions=model_definitions(self._unwrapped_model()), rng_states=rng_states)
         tmp_name = f'.{filename}.tmp'
         super().save_checkpoint(out_dir, tmp_name, *args, meta=meta, **kwargs)
         os.replace(osp.join(out_dir, tmp_name), osp.join(out_dir, filename))
@@ -107,4 +129,32 @@ class NaLaRunner(Runner):
     def load_checkpoint(self, filename: str, *args, **kwargs) -> dict:
         checkpoint = super().load_checkpoint(filename, *args, **kwargs)
         check_recorded_definitions(self._unwrapped_model(), Checkpoint(filename, checkpoint))
+        self._resumed_rng_states = checkpoint.get('meta', {}).get('rng_states')
         return checkpoint
+
+    def resume(self, filename: str, *args, **kwargs) -> None:
+        super().resume(filename, *args, **kwargs)
+        if hasattr(self.train_loop, 'set_resumed_rng'):
+            self.train_loop.set_resumed_rng(self._resumed_rng_states)
+
+    def scale_lr(self, optim_wrapper, auto_scale_lr=None) -> None:
+        """The linear scaling rule of ``auto_scale_lr`` (``tools/train.py --auto-scale-lr``), on the images per
+        optimizer step: processes x batch size x gradient accumulation (mmengine's leaves the accumulation out).
+        Logs the total batch and the learning rates it set; the EMA follows the batch by itself (DualEMAHook)."""
+        if not (auto_scale_lr and auto_scale_lr.get('enable', False)):
+            return
+        loader = self._train_dataloader
+        batch_size = loader['batch_size'] if isinstance(loader, dict) else loader.batch_size
+        accumulation = self.cfg.get('optim_wrapper', {}).get('accumulative_counts', 1)
+        total = self.world_size * batch_size * accumulation
+        ratio = total / auto_scale_lr['base_batch_size']
+        wrappers = optim_wrapper.values() if isinstance(optim_wrapper, OptimWrapperDict) else [optim_wrapper]
+        set_lrs = []
+        for wrapper in wrappers:
+            for group in wrapper.optimizer.param_groups:
+                group['lr'] *= ratio
+                set_lrs.append(group['lr'])
+        self.logger.info(
+            f'auto_scale_lr: total batch {total} ({self.world_size} processes x {batch_size} images x {accumulation} '
+            f'accumulation steps) / base_batch_size {auto_scale_lr["base_batch_size"]}: learning rates x {ratio:g}, '
+            f'now {", ".join(f"{lr:g}" for lr in sorted(set(set_lrs)))} (the schedulers start from these)')

@@ -55,8 +55,10 @@ class TimmClassifier(BaseModel):
         else:
             self.criterion = torch.nn.CrossEntropyLoss()
 
-    def forward(self, inputs: torch.Tensor, data_samples: Optional[torch.Tensor] = None,
-                mode: str = 'tensor') -> Union[Dict[str, torch.Tensor], List[dict], torch.Tensor]:
+    def forward(self, inputs: torch.Tensor, data_samples: Optional[torch.Tensor] = None, mode: str = 'tensor',
+                unreadable: Optional[list] = None) -> Union[Dict[str, torch.Tensor], List[dict], torch.Tensor]:
+        """``unreadable``: paths of images the dataset replaced in this batch, when
+        :class:`~nalaformer.engine.data.UnreadableImageHook` (which counts them) is not configured."""
         if mode == 'loss':
             targets = data_samples
             if self.mixup is not None:

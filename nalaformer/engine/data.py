@@ -1,13 +1,18 @@
-"""ImageFolder datasets with timm transforms, and timm's repeated-augmentation sampler."""
+"""ImageFolder datasets with timm transforms, unreadable training images replaced and counted, and timm's
+repeated-augmentation sampler."""
+import logging
 from pathlib import Path
 from typing import Optional
 
-from mmengine.dist import get_dist_info
+from mmengine.dist import get_dist_info, get_world_size
+from mmengine.hooks import Hook
+from mmengine.logging import print_log
+from mmengine.registry import DATA_SAMPLERS, DATASETS, HOOKS
 from PIL import Image
-from mmengine.registry import DATA_SAMPLERS, DATASETS
 from timm.data import ImageDataset, create_transform
 from timm.data.distributed_sampler import RepeatAugSampler as TimmRepeatAugSampler
 
+MAX_SUBSTITUTES = 10  # readable images looked for after an unreadable one
 LAYOUT = '<data_root>/<split>/<class_name>/<image>.{jpg,jpeg,png,...} (ImageNet: <root>/train/n01440764/*.JPEG)'
 
 
@@ -20,13 +25,17 @@ class ImageFolderDataset:
         input_size: crop size (int or (H, W)). is_training: train augmentation (default: split == 'train').
         transform: further ``create_transform`` arguments (auto_augment, re_prob, crop_pct, ...).
         classes: expected class names; the folder must hold exactly these (fine-tuning safety).
+        skip_unreadable: replace an image that cannot be read by the next readable one (default: when
+            training). Items then carry ``unreadable`` (the path, or ''), which :class:`UnreadableImageHook`
+            counts, logs and limits. Otherwise (evaluation) an unreadable image stops the run, naming it: a
+            metric over other images than asked for would be a wrong answer.
 
-    Items are ``dict(inputs=(3, H, W) float tensor, data_samples=class index)``. An image that
-    cannot be read raises an error naming its path (timm's dataset would skip it, naming its index).
+    Items are ``dict(inputs=(3, H, W) float tensor, data_samples=class index[, unreadable=path or ''])``.
     """
 
     def __init__(self, data_root: str, split: str = 'train', input_size=224, is_training: Optional[bool] = None,
-                 transform: Optional[dict] = None, classes: Optional[list] = None):
+                 transform: Optional[dict] = None, classes: Optional[list] = None,
+                 skip_unreadable: Optional[bool] = None):
         folder = Path(data_root) / split
         if not folder.is_dir():
             raise FileNotFoundError(
@@ -34,6 +43,7 @@ class ImageFolderDataset:
                 f'Set the data root with --cfg-options train_dataloader.dataset.data_root=... '
                 f'(and val_dataloader / test_dataloader).')
         self.is_training = split == 'train' if is_training is None else is_training
+        self.skip_unreadable = self.is_training if skip_unreadable is None else skip_unreadable
         transform = create_transform(input_size, is_training=self.is_training, **(transform or {}))
         try:
             self.dataset = ImageDataset(str(folder), transform=transform)
@@ -47,7 +57,8 @@ class ImageFolderDataset:
     def __len__(self) -> int:
         return len(self.dataset)
 
-    def __getitem__(self, index: int) -> dict:
+    def load(self, index: int) -> dict:
+        """Item ``index``; an image that cannot be read raises OSError naming its path."""
         file, target = self.dataset.reader[index]
         path = self.dataset.reader.filename(index, absolute=True)
         try:
@@ -56,6 +67,59 @@ class ImageFolderDataset:
         except (OSError, ValueError) as e:
             raise OSError(f'cannot read image {path} (item {index}): {e}. Replace or remove the file.') from e
         return dict(inputs=self.dataset.transform(image), data_samples=target)
+
+    def __getitem__(self, index: int) -> dict:
+        if not self.skip_unreadable:
+            return self.load(index)
+        unreadable = ''  # collated into a list of strings
+        for attempt in range(MAX_SUBSTITUTES + 1):
+            try:
+                return dict(self.load((index + attempt) % len(self)), unreadable=unreadable)
+            except OSError:
+                unreadable = unreadable or str(self.dataset.reader.filename(index, absolute=True))
+        raise OSError(f'cannot read image {unreadable} nor the {MAX_SUBSTITUTES} images after it in '
+                      f'{self.dataset.reader.root}: is the dataset folder damaged?')
+
+
+@HOOKS.register_module()
+class UnreadableImageHook(Hook):
+    """Count the training images a dataset replaced because they could not be read (``skip_unreadable``),
+    log each path once, and stop with the list when more than ``max_fraction`` of the images a process
+    trains on in one epoch (and more than ``min_count``) were unreadable. Removes the ``unreadable`` entry
+    from each batch."""
+
+    priority = 'VERY_HIGH'  # before anything reads the batch
+
+    def __init__(self, max_fraction: float = 0.001, min_count: int = 5):
+        if not 0 <= max_fraction <= 1 or min_count < 0:
+            raise ValueError(f'UnreadableImageHook needs 0 <= max_fraction <= 1 and min_count >= 0, got '
+                             f'{max_fraction}, {min_count}')
+        self.max_fraction, self.min_count = max_fraction, min_count
+        self.logged: set = set()
+        self.epoch: set = set()
+
+    def before_train_epoch(self, runner) -> None:
+        self.epoch = set()
+
+    def before_train_iter(self, runner, batch_idx: int, data_batch=None) -> None:
+        if not isinstance(data_batch, dict):
+            return
+        paths = [p for p in data_batch.pop('unreadable', None) or () if p]
+        for path in paths:
+            if path not in self.logged:
+                print_log(f'skipped an unreadable training image (replaced by the next one): {path}',
+                          logger='current', level=logging.WARNING)
+                self.logged.add(path)
+        self.epoch.update(paths)
+        if paths:
+            runner.message_hub.update_scalar('train/unreadable_images', len(self.epoch))
+        limit = max(self.min_count, self.max_fraction * len(runner.train_dataloader.dataset) / get_world_size())
+        if len(self.epoch) > limit:
+            listed = sorted(self.epoch)
+            raise OSError(f'{len(listed)} training images could not be read in epoch {runner.epoch + 1}, more than '
+                          f'the {limit:g} allowed (default_hooks.unreadable: max_fraction={self.max_fraction}, '
+                          f'min_count={self.min_count}); replace or remove them: {listed[:50]}'
+                          + (f' and {len(listed) - 50} more' if len(listed) > 50 else ''))
 
 
 @DATA_SAMPLERS.register_module()

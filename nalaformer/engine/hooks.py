@@ -1,10 +1,12 @@
 """Hooks: EMA evaluated beside the raw weights, and per-epoch reseeding for exact resume."""
 import random
+from typing import Optional
 
 import numpy as np
 import torch
 from mmengine.dist import get_rank
 from mmengine.hooks import EMAHook, Hook
+from mmengine.logging import print_log
 from mmengine.registry import HOOKS
 
 
@@ -18,9 +20,46 @@ class DualEMAHook(EMAHook):
     checkpoint refer to) and the EMA weights in ``ema_state_dict`` (mmengine's EMAHook swaps
     them). Testing evaluates the weights the model holds: ``tools/test.py --ema`` loads the EMA weights
     themselves, through the one checkpoint reader.
+
+    The averaging rate follows the total batch as in the release (``main.py``: timm's ``ModelEma`` with
+    decay ``model_ema_decay ** (batch_size * world_size / 512)``, updated every iteration):
+    ``decay`` is the decay for ``decay_batch_size`` images, and the per-iteration momentum
+    (mmengine's ``1 - decay``) is ``1 - decay ** (total_batch / decay_batch_size)``, where the total
+    batch is the training batch size times the number of processes. ``momentum`` instead fixes the
+    per-iteration momentum whatever the batch. The value used is logged when training starts.
+
+    Args:
+        momentum: per-iteration momentum; when given, ``decay`` is not used.
+        decay: EMA decay for a batch of ``decay_batch_size`` images (the release: 0.99996 per 512).
+        decay_batch_size: the batch ``decay`` refers to.
+        **kwargs: mmengine's EMAHook arguments (``update_buffers``, ``begin_iter``, ...).
     """
 
     priority = 'HIGHEST'
+
+    def __init__(self, momentum: Optional[float] = None, decay: Optional[float] = None,
+                 decay_batch_size: int = 512, **kwargs):
+        if momentum is None and decay is None:
+            raise ValueError('DualEMAHook needs momentum (per iteration) or decay (per decay_batch_size images)')
+        if decay is not None and not 0.0 < decay < 1.0:
+            raise ValueError(f'DualEMAHook decay must be in (0, 1), got {decay}')
+        # the EMA model is built with a valid momentum; the run's own is set once the batch is known
+        super().__init__(momentum=momentum if momentum is not None else 1.0 - decay, **kwargs)
+        self.momentum, self.decay, self.decay_batch_size = momentum, decay, decay_batch_size
+
+    def before_train(self, runner) -> None:
+        super().before_train(runner)
+        self.ema_model.momentum = self.iteration_momentum(runner.train_dataloader.batch_size * runner.world_size)
+
+    def iteration_momentum(self, total_batch: int) -> float:
+        """The per-iteration momentum for ``total_batch`` images per iteration (logged)."""
+        if self.momentum is not None:
+            momentum, source = self.momentum, 'set by momentum'
+        else:
+            momentum = 1.0 - self.decay ** (total_batch / self.decay_batch_size)
+            source = f'1 - {self.decay} ** ({total_batch} / {self.decay_batch_size}) for a total batch of {total_batch}'
+        print_log(f'EMA momentum {momentum:.4g} per iteration ({source})', logger='current')
+        return momentum
 
     def before_save_checkpoint(self, runner, checkpoint: dict) -> None:
         checkpoint['ema_state_dict'] = self.ema_model.state_dict()

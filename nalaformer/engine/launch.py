@@ -14,13 +14,11 @@ from mmengine.logging import print_log
 from mmengine.registry import DATASETS, RUNNERS
 from mmengine.runner import Runner
 
+from ..errors import ConfigError
 from ..mmcv_build import MmcvOpsError, check_mmcv_ops
+from ..threads import apply_threads
 from .data import LAYOUT as IMAGE_FOLDER_LAYOUT
 from .sr_data import SRDataError
-
-
-class ConfigError(ValueError):
-    """A bad argument, config key or data path: the message says what is wrong and how to fix it."""
 
 
 def check_cfg_options(cfg: Config, options: dict) -> None:
@@ -134,6 +132,25 @@ def check_dataset_files(cfg: Config, splits) -> None:
                 raise ConfigError(
                     f'{path} does not exist ({split} data). Expected layout: {", ".join(expected)} under '
                     f'data_root {root!r}. Set {key} in the config or with --cfg-options.')
+
+
+def apply_thread_policy(cfg: Config, requested: Optional[int] = None) -> str:
+    """Set torch's CPU threads (:mod:`nalaformer.threads`: OMP_NUM_THREADS, else ``requested``, else the config's
+    ``env_cfg.threads``, else the cores other processes leave free) and cap each data loader's workers at the
+    cores the process may use (more worker processes than cores cannot load faster); returns the lines to log."""
+    if requested is None:
+        requested = (cfg.get('env_cfg') or {}).get('threads')
+    try:
+        choice = apply_threads(requested)
+    except ValueError as e:
+        raise ConfigError(f'--threads / env_cfg.threads: {e}') from None
+    lines = [choice.describe()]
+    for name in ('train_dataloader', 'val_dataloader', 'test_dataloader'):
+        loader = cfg.get(name)
+        if loader and loader.get('num_workers', 0) > choice.cores:
+            lines.append(f'{name}.num_workers: {loader.num_workers} -> {choice.cores} (the cores available)')
+            loader.num_workers = choice.cores
+    return '; '.join(lines)
 
 
 def build_runner(cfg: Config) -> Runner:

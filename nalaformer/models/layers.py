@@ -15,9 +15,9 @@ import torch.nn.functional as F
 from timm.layers import DropPath, register_notrace_module
 
 from ..ops.nala import build_attention_kernel, rope_angles, rope_table
-from .recompute import checkpoint
+from .recompute import recompute
 
-__all__ = ['LayerNorm2d', 'NaLaAttention', 'ConvFFN', 'NaLaBlock', 'StageRoPE', 'NaLaStage', 'Downsample', 'Stem']
+__all__ = ['LayerNorm2d', 'NaLaAttention', 'ConvFFN', 'NaLaBlock', 'RoPE2d', 'NaLaStage', 'Downsample', 'Stem']
 
 
 def _weight_in_format_of(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
@@ -207,19 +207,29 @@ class NaLaBlock(nn.Module):
         return x + self.drop_path(y)
 
 
-@register_notrace_module
-class StageRoPE(nn.Module):
-    """Holds a stage's RoPE frequencies (buffer ``angle``, head_dim / 2) and builds the table.
+@register_notrace_module  # the table depends on the input's H and W
+class RoPE2d(nn.Module):
+    """Builds the 2D RoPE table of a feature map: ``forward(x)`` -> (2, H*W, head_dim) for x's H, W, in float32.
 
-    ``forward(x)``: x (B, C, H, W) -> (2, H*W, head_dim) table for x's H, W, in float32.
+    x is (B, C, H, W), or (B, H, W, C) with ``channels_last``. ``angle_buffer``: the frequencies
+    (head_dim / 2) are kept in the buffer ``angle``, as in NaLaFormer's release (its checkpoints hold
+    them); False computes them per call, so that the module holds no state (NaLa-Swin: Swin's state dict).
     """
 
-    def __init__(self, head_dim: int, device=None):
+    def __init__(self, head_dim: int, channels_last: bool = False, angle_buffer: bool = True, device=None):
         super().__init__()
-        self.register_buffer('angle', rope_angles(head_dim, device=device))
+        angles = rope_angles(head_dim, device=device)  # checks head_dim
+        self.head_dim = head_dim
+        self.channels_last = channels_last
+        if angle_buffer:
+            self.register_buffer('angle', angles)
+        else:
+            self.angle = None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return rope_table(self.angle.float(), x.shape[-2], x.shape[-1])
+        height, width = (x.shape[1], x.shape[2]) if self.channels_last else (x.shape[-2], x.shape[-1])
+        angles = rope_angles(self.head_dim, device=x.device) if self.angle is None else self.angle.float()
+        return rope_table(angles, height, width)
 
 
 class Downsample(nn.Module):
@@ -248,7 +258,7 @@ class NaLaStage(nn.Module):
         super().__init__()
         dd = dict(device=device, dtype=dtype)
         self.grad_checkpointing = False
-        self.RoPE = StageRoPE(dim // num_heads, device=device)
+        self.RoPE = RoPE2d(dim // num_heads, device=device)
         drop_path = list(drop_path) or [0.] * depth
         self.blocks = nn.ModuleList([
             NaLaBlock(dim, num_heads, mlp_ratio, attn_type, kernel_kwargs, drop_path[i], layer_scale_init_value,
@@ -261,7 +271,7 @@ class NaLaStage(nn.Module):
         x = x.contiguous(memory_format=torch.channels_last)  # see the module docstring; a no-op after stage 0
         for block in self.blocks:
             if self.grad_checkpointing and not torch.jit.is_scripting():
-                x = checkpoint(block, x, rope, selective=self.grad_checkpointing == 'selective')
+                x = recompute(block, x, rope, selective=self.grad_checkpointing == 'selective')
             else:
                 x = block(x, rope)
         return x

@@ -40,16 +40,15 @@ from typing import Callable, List, Mapping, Optional, Sequence, Tuple, Union
 import torch
 import torch.nn as nn
 from timm.layers import to_2tuple, trunc_normal_
-from timm.models import build_model_with_cfg, generate_default_cfgs, register_model
+from timm.models import generate_default_cfgs, register_model
 from timm.models.swin_transformer import WindowAttention, window_partition, window_reverse
 
-from ..checkpoint import (
-    Checkpoint, CheckpointError, loading_options, pretrained_kwargs, pretrained_weights, strip_wrapper_prefixes,
-)
-from ..ops.nala import build_attention_kernel, per_stage_kernels
-from .layers import NaLaAttention, StageRoPE
+from ..checkpoint import Checkpoint, CheckpointError, strip_wrapper_prefixes
+from ..ops.nala import build_attention_kernel
+from .family import build_model, load_pretrained, per_stage_kernels
+from .layers import NaLaAttention, RoPE2d
 from .nala_swin import shifted_window_mask
-from .recompute import checkpoint
+from .recompute import recompute
 
 __all__ = ['NaLaSR', 'SRLayer', 'GlobalAttention', 'ConvGatedMLP', 'WINDOW_ONLY', 'MODEL_ARGS', 'SCALES',
            'checkpoint_filter_fn', 'tiled_upscale', 'mirror_pad']
@@ -212,7 +211,7 @@ class ResidualGroup(nn.Module):
         y = x
         for layer in self.layers:
             if self.grad_checkpointing and not torch.jit.is_scripting():
-                y = checkpoint(layer, y, mask, rope, selective=self.grad_checkpointing == 'selective')
+                y = recompute(layer, y, mask, rope, selective=self.grad_checkpointing == 'selective')
             else:
                 y = layer(y, mask, rope)
         return self.conv(y.permute(0, 3, 1, 2)).permute(0, 2, 3, 1) + x
@@ -304,7 +303,7 @@ class NaLaSR(nn.Module):
 
         self.conv_first = nn.Conv2d(in_chans, embed_dim, 3, padding=1)
         self.embed_norm = nn.LayerNorm(embed_dim)
-        self.rope = StageRoPE(embed_dim // num_heads)
+        self.rope = RoPE2d(embed_dim // num_heads)
         self.groups = nn.ModuleList([
             ResidualGroup(embed_dim, depth, num_heads, window_size, mlp_ratio, name, kwargs)
             for depth, name, kwargs in zip(depths, self.attn_types, self.kernel_kwargs)])
@@ -346,12 +345,12 @@ class NaLaSR(nn.Module):
         A checkpoint recorded with other ``attn_types`` / ``kernel_kwargs`` fails unless
         ``accept_definition_change``; one of another scale or width fails naming the tensors.
         """
-        state_dict = checkpoint_filter_fn(pretrained_weights(self, checkpoint, ema, accept_definition_change), self)
-        result = self.load_state_dict(state_dict, strict=False)
-        if result.missing_keys or result.unexpected_keys:
-            raise CheckpointError(f'{checkpoint} is not a checkpoint of this NaLa-SR model: missing '
-                                  f'{result.missing_keys[:10]}, unexpected {result.unexpected_keys[:10]} '
-                                  f'(another depth, or attn_types with / without global attention?)')
+        hint = ' (another depth, or attn_types with / without global attention?)'
+        result = load_pretrained(self, checkpoint, checkpoint_filter_fn, ema, accept_definition_change,
+                                 missing_hint=hint)
+        if result.unexpected_keys:
+            raise CheckpointError(f'{checkpoint} is not a checkpoint of this NaLa-SR model: it has weights the model '
+                                  f'lacks, {result.unexpected_keys[:10]}{hint}')
         return result
 
     def forward_features(self, x: torch.Tensor) -> torch.Tensor:
@@ -397,14 +396,7 @@ def checkpoint_filter_fn(state_dict, model: NaLaSR):
 
 
 def _create_nala_sr(variant: str, pretrained: bool = False, **kwargs) -> NaLaSR:
-    options = {}
-    if pretrained:
-        kwargs, options = pretrained_kwargs(variant, kwargs)
-    model_args = dict(MODEL_ARGS[variant])
-    model_args.update(kwargs)
-    with loading_options(**options):
-        return build_model_with_cfg(NaLaSR, variant, pretrained, pretrained_filter_fn=checkpoint_filter_fn,
-                                    **model_args)
+    return build_model(NaLaSR, variant, pretrained, MODEL_ARGS[variant], checkpoint_filter_fn, **kwargs)
 
 
 def _cfg(**kwargs) -> dict:

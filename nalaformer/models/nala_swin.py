@@ -30,22 +30,19 @@ Swin does for dense prediction; the patch embedding pads sizes that are not mult
                       kernel_kwargs=(dict(power=3), dict(power=3), None, None))
     timm.create_model('nala_swin_tiny', attn_types=SHIFTED_WINDOW)        # plain Swin-T
 """
-import logging
 import math
 import re
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Set, Tuple, Type, Union
 
 import torch
 import torch.nn as nn
-from timm.data import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD
 from timm.layers import (
     ClassifierHead, DropPath, Mlp, PatchEmbed, calculate_drop_path_rates, get_device_dtype,
-    register_notrace_function, register_notrace_module, to_2tuple, to_ntuple,
+    register_notrace_function, to_2tuple,
 )
-from timm.models import build_model_with_cfg, generate_default_cfgs, register_model
-from timm.models._features import feature_take_indices
-from timm.models._input import update_model_input_size
-from timm.models._manipulate import checkpoint_seq, named_apply
+from timm.models import generate_default_cfgs, named_apply, register_model
+from timm.models._features import feature_take_indices  # not exported by timm
+from timm.models._input import update_model_input_size  # not exported by timm
 from timm.models.swin_transformer import (
     PatchMerging, SwinTransformerBlock, calc_stage_window_sizes, resolve_stage_window_sizes, resolve_window_args,
     window_partition,
@@ -53,15 +50,14 @@ from timm.models.swin_transformer import (
 from timm.models.swin_transformer import checkpoint_filter_fn as swin_checkpoint_filter_fn
 from timm.models.vision_transformer import get_init_weights_vit
 
-from ..checkpoint import (
-    Checkpoint, CheckpointError, loading_options, pretrained_kwargs, pretrained_weights, strip_wrapper_prefixes,
-)
-from ..ops.nala import build_attention_kernel, per_stage_kernels, rope_angles, rope_table
+from ..checkpoint import Checkpoint, CheckpointError, strip_wrapper_prefixes
+from ..ops.nala import build_attention_kernel
+from .family import build_model, drop_other_classifier, load_pretrained, model_cfg, per_stage, per_stage_kernels
+from .layers import RoPE2d
+from .recompute import recompute
 
 __all__ = ['NaLaSwinTransformer', 'GlobalLinearAttention', 'GlobalAttentionBlock', 'ShiftedWindowBlock',
            'NaLaSwinStage', 'MODEL_ARGS', 'SHIFTED_WINDOW', 'checkpoint_filter_fn']
-
-_logger = logging.getLogger(__name__)
 
 _int_or_tuple_2_t = Union[int, Tuple[int, int]]
 
@@ -79,7 +75,7 @@ SHIFTED_WINDOW = 'shifted_window'
 def _resolve_attn_types(attn_types: Union[str, Sequence[str]],
                         kernel_kwargs: Union[None, Mapping, Sequence[Optional[Mapping]]],
                         num_stages: int) -> Tuple[Tuple[str, ...], Tuple[Optional[dict], ...]]:
-    """Per-stage (names, kwargs) of :func:`~nalaformer.ops.nala.per_stage_kernels`, checked for this family.
+    """Per-stage (names, kwargs) of :func:`~nalaformer.models.family.per_stage_kernels`, checked for this family.
 
     Each name is :data:`SHIFTED_WINDOW` (no kernel arguments) or a registered kernel that takes its
     stage's arguments.
@@ -104,20 +100,6 @@ def _resolve_attn_types(attn_types: Union[str, Sequence[str]],
 # ----------------------------------------------------------------------------------------------
 # Global stages: a kernel of nalaformer.ops.nala over the whole map
 # ----------------------------------------------------------------------------------------------
-@register_notrace_module  # the table depends on the input's H and W
-class GlobalRoPE(nn.Module):
-    """2D RoPE table (2, H*W, head_dim) for a (B, H, W, C) map, in float32 (no parameters, no buffers)."""
-
-    def __init__(self, head_dim: int):
-        super().__init__()
-        if head_dim % 4:
-            raise ValueError(f'2D RoPE needs a head dim divisible by 4 (rows and columns, pairs), got {head_dim}')
-        self.head_dim = head_dim
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return rope_table(rope_angles(self.head_dim, device=x.device), x.shape[1], x.shape[2])
-
-
 class GlobalLinearAttention(nn.Module):
     """Attention over all H*W tokens of a stage with a kernel of :mod:`nalaformer.ops.nala`.
 
@@ -126,14 +108,14 @@ class GlobalLinearAttention(nn.Module):
 
     Args:
         dim: channels C. num_heads: heads (head dim must be a multiple of 4 for the 2D RoPE).
-        kernel: registered kernel name. kernel_kwargs: its arguments (e.g. ``dict(power=3)``).
+        attn_type: registered kernel name. kernel_kwargs: its arguments (e.g. ``dict(power=3)``).
         dwc_kernel_size: depthwise conv on v added to the output (0: none).
 
     ``forward(x)``: (B, H, W, C) -> (B, H, W, C), any H, W.
     """
     use_dwc: torch.jit.Final[bool]
 
-    def __init__(self, dim: int, num_heads: int, head_dim: Optional[int] = None, kernel: str = 'nala',
+    def __init__(self, dim: int, num_heads: int, head_dim: Optional[int] = None, attn_type: str = 'nala',
                  kernel_kwargs: Optional[dict] = None, dwc_kernel_size: int = 5, qkv_bias: bool = True,
                  proj_drop: float = 0., device=None, dtype=None):
         super().__init__()
@@ -142,8 +124,8 @@ class GlobalLinearAttention(nn.Module):
         self.head_dim = head_dim or dim // num_heads
         attn_dim = self.head_dim * num_heads
         self.qkv = nn.Linear(dim, attn_dim * 3, bias=qkv_bias, **dd)
-        self.kernel = build_attention_kernel(kernel, **(kernel_kwargs or {}))
-        self.rope = GlobalRoPE(self.head_dim)
+        self.kernel = build_attention_kernel(attn_type, **(kernel_kwargs or {}))
+        self.rope = RoPE2d(self.head_dim, channels_last=True, angle_buffer=False)  # Swin's state dict has no angles
         self.use_dwc = dwc_kernel_size > 0
         self.dwc = nn.Conv2d(attn_dim, attn_dim, dwc_kernel_size, padding=dwc_kernel_size // 2, groups=attn_dim,
                              **dd) if self.use_dwc else nn.Identity()
@@ -169,7 +151,7 @@ class GlobalAttentionBlock(nn.Module):
     """
 
     def __init__(self, dim: int, input_resolution: _int_or_tuple_2_t, num_heads: int = 4,
-                 head_dim: Optional[int] = None, kernel: str = 'nala', kernel_kwargs: Optional[dict] = None,
+                 head_dim: Optional[int] = None, attn_type: str = 'nala', kernel_kwargs: Optional[dict] = None,
                  dwc_kernel_size: int = 5, mlp_ratio: float = 4., qkv_bias: bool = True, proj_drop: float = 0.,
                  drop_path: float = 0., act_layer: Type[nn.Module] = nn.GELU,
                  norm_layer: Type[nn.Module] = nn.LayerNorm, device=None, dtype=None):
@@ -178,7 +160,7 @@ class GlobalAttentionBlock(nn.Module):
         self.dim = dim
         self.input_resolution = to_2tuple(input_resolution)
         self.norm1 = norm_layer(dim, **dd)
-        self.attn = GlobalLinearAttention(dim, num_heads, head_dim, kernel, kernel_kwargs, dwc_kernel_size,
+        self.attn = GlobalLinearAttention(dim, num_heads, head_dim, attn_type, kernel_kwargs, dwc_kernel_size,
                                           qkv_bias, proj_drop, **dd)
         self.drop_path1 = DropPath(drop_path) if drop_path > 0. else nn.Identity()
         self.norm2 = norm_layer(dim, **dd)
@@ -277,7 +259,7 @@ class NaLaSwinStage(nn.Module):
         else:
             blocks = [GlobalAttentionBlock(
                 dim=out_dim, input_resolution=self.output_resolution, num_heads=num_heads, head_dim=head_dim,
-                kernel=attn_type, kernel_kwargs=kernel_kwargs, dwc_kernel_size=dwc_kernel_size,
+                attn_type=attn_type, kernel_kwargs=kernel_kwargs, dwc_kernel_size=dwc_kernel_size,
                 mlp_ratio=mlp_ratio, qkv_bias=qkv_bias, proj_drop=proj_drop, drop_path=drop_path[i],
                 norm_layer=norm_layer, **dd) for i in range(depth)]
         self.blocks = nn.Sequential(*blocks)
@@ -296,7 +278,8 @@ class NaLaSwinStage(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = self.downsample(x)
         if self.grad_checkpointing and not torch.jit.is_scripting():
-            x = checkpoint_seq(self.blocks, x)
+            for block in self.blocks:
+                x = recompute(block, x)
         else:
             x = self.blocks(x)
         return x
@@ -377,11 +360,11 @@ class NaLaSwinTransformer(nn.Module):
             output_fmt='NHWC', **dd)
         patch_grid = self.patch_embed.grid_size
 
-        head_dims = to_ntuple(self.num_layers)(head_dim)
+        head_dims = per_stage(head_dim, self.num_layers, 'head_dim')
         window_sizes = resolve_stage_window_sizes(window_size, self.num_layers)
         self._ref_window_sizes = window_sizes  # set_input_size() scales these with the patch grid
         self._ref_grid_size = tuple(patch_grid)
-        mlp_ratios = to_ntuple(self.num_layers)(mlp_ratio)
+        mlp_ratios = per_stage(mlp_ratio, self.num_layers, 'mlp_ratio')
         dpr = calculate_drop_path_rates(drop_path_rate, depths, stagewise=True)
         layers = []
         in_dim = embed_dims[0]
@@ -489,19 +472,10 @@ class NaLaSwinTransformer(nn.Module):
         ``strict=False`` accepts weights this model has and the checkpoint lacks (e.g. starting a
         model with global stages from plain Swin weights: their depthwise convs stay freshly initialised).
         """
-        state_dict = checkpoint_filter_fn(pretrained_weights(self, checkpoint, ema, accept_definition_change), self)
-        result = self.load_state_dict(state_dict, strict=False)
-        missing = [k for k in result.missing_keys if not k.startswith('head.')]
-        if missing and strict:
-            raise CheckpointError(
-                f'{checkpoint} lacks weights of this model: {missing[:10]}. A plain Swin checkpoint has no '
-                f'depthwise convs for linear stages: load it with load_pretrained(path, strict=False).')
-        if missing:
-            _logger.warning(f'{checkpoint}: {len(missing)} weights not in the checkpoint keep their init: '
-                            f'{missing[:10]}')
-        if result.unexpected_keys:  # stages, norm or head of a model pruned for feature extraction
-            _logger.info(f'{checkpoint}: ignored weights this model does not have: {result.unexpected_keys[:10]}')
-        return result
+        return load_pretrained(
+            self, checkpoint, checkpoint_filter_fn, ema, accept_definition_change, strict,
+            missing_hint='. A plain Swin checkpoint has no depthwise convs for linear stages: load it with '
+                         'load_pretrained(path, strict=False).')
 
     def forward_intermediates(
             self,
@@ -587,10 +561,7 @@ def checkpoint_filter_fn(state_dict: Dict[str, torch.Tensor], model: NaLaSwinTra
     state_dict = {k: v for k, v in state_dict.items()
                   if not k.endswith(('relative_position_index', 'attn_mask'))
                   and not (k.endswith('relative_position_bias_table') and k not in own)}
-    state_dict = swin_checkpoint_filter_fn(state_dict, model)
-    for key in [k for k in ('head.fc.weight', 'head.fc.bias') if k in state_dict]:
-        if key not in own or own[key].shape != state_dict[key].shape:
-            del state_dict[key]  # another number of classes (or no classifier): keep the model's own
+    state_dict = drop_other_classifier(swin_checkpoint_filter_fn(state_dict, model), own, 'head.fc')
     mismatched = [f'{k}: {tuple(v.shape)} vs {tuple(own[k].shape)}' for k, v in state_dict.items()
                   if k in own and own[k].shape != v.shape]
     if mismatched:
@@ -606,34 +577,13 @@ def checkpoint_filter_fn(state_dict: Dict[str, torch.Tensor], model: NaLaSwinTra
 
 
 def _create_nala_swin(variant: str, pretrained: bool = False, **kwargs) -> NaLaSwinTransformer:
-    options = {}
-    if pretrained:  # pretrained_ema / accept_definition_change reach load_pretrained through loading_options
-        kwargs, options = pretrained_kwargs(variant, kwargs)
-    model_args = dict(MODEL_ARGS[variant])
-    model_args.update(kwargs)
-    with loading_options(**options):
-        return build_model_with_cfg(
-            NaLaSwinTransformer, variant, pretrained,
-            pretrained_filter_fn=checkpoint_filter_fn,
-            feature_cfg=dict(out_indices=(0, 1, 2, 3), feature_cls='getter'),
-            **model_args,
-        )
+    return build_model(NaLaSwinTransformer, variant, pretrained, MODEL_ARGS[variant], checkpoint_filter_fn, **kwargs)
 
 
-def _cfg(**kwargs) -> dict:
-    return {
-        'url': '',
-        'num_classes': 1000, 'input_size': (3, 224, 224), 'pool_size': (7, 7),
-        'crop_pct': 0.875, 'interpolation': 'bicubic', 'fixed_input_size': False,
-        'mean': IMAGENET_DEFAULT_MEAN, 'std': IMAGENET_DEFAULT_STD,
-        'first_conv': 'patch_embed.proj', 'classifier': 'head.fc',
-        'paper_ids': 'arXiv:2506.21137',
-        'paper_name': 'NaLaFormer: Norm-Aware Linear Attention for Transformer Models (Swin-T protocol)',
-        **kwargs,
-    }
-
-
-default_cfgs = generate_default_cfgs({name: _cfg() for name in MODEL_ARGS})
+default_cfgs = generate_default_cfgs({name: model_cfg(
+    first_conv='patch_embed.proj', classifier='head.fc',
+    paper_name='NaLaFormer: Norm-Aware Linear Attention for Transformer Models (Swin-T protocol)',
+) for name in MODEL_ARGS})
 
 
 @register_model

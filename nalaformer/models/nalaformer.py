@@ -10,26 +10,21 @@ state-dict layout, so its checkpoints load as they are:
 Per-stage attention kernels (``attn_types``) default to the release's hybrid
 ``('nala', 'nala', 'softmax', 'softmax')``; ``attn_types='nala'`` makes every stage NaLa.
 """
-import logging
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 import torch
 import torch.nn as nn
-from timm.data import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD
 from timm.layers import SelectAdaptivePool2d, calculate_drop_path_rates, trunc_normal_
-from timm.models import build_model_with_cfg, generate_default_cfgs, register_model
+from timm.models import generate_default_cfgs, register_model
 from timm.models._features import feature_take_indices
 
 from ..checkpoint import (
-    Checkpoint, CheckpointError, describe_architecture, loading_options, name_architecture, pretrained_kwargs,
-    pretrained_weights, strip_wrapper_prefixes, variant_of,
+    Checkpoint, CheckpointError, describe_architecture, name_architecture, strip_wrapper_prefixes, variant_of,
 )
-from ..ops.nala import per_stage_kernels
+from .family import build_model, drop_other_classifier, load_pretrained, model_cfg, per_stage, per_stage_kernels
 from .layers import NaLaStage, Stem
 
 __all__ = ['NaLaFormer', 'MODEL_ARGS', 'checkpoint_filter_fn']
-
-_logger = logging.getLogger(__name__)
 
 RELEASE_ATTN_TYPES = ('nala', 'nala', 'softmax', 'softmax')
 
@@ -47,16 +42,6 @@ MODEL_ARGS: Dict[str, dict] = {
     'nalaformer_l': dict(embed_dims=(96, 192, 448, 640), depths=(4, 7, 19, 8), num_heads=(1, 2, 7, 10),
                          mlp_ratios=(3.5,) * 4, layer_scale_init_values=(1e-6,) * 4),
 }
-
-
-def _per_stage(value, num_stages: int, name: str) -> list:
-    """Broadcast a scalar (or str) to every stage; check the length of a sequence."""
-    if value is None or isinstance(value, (str, int, float)):
-        return [value] * num_stages
-    value = list(value)
-    if len(value) != num_stages:
-        raise ValueError(f'{name} has {len(value)} entries but the model has {num_stages} stages: {value}')
-    return value
 
 
 class NaLaFormer(nn.Module):
@@ -105,11 +90,11 @@ class NaLaFormer(nn.Module):
         super().__init__()
         dd = dict(device=device, dtype=dtype)
         num_stages = len(depths)
-        embed_dims = _per_stage(embed_dims, num_stages, 'embed_dims')
-        num_heads = _per_stage(num_heads, num_stages, 'num_heads')
-        mlp_ratios = _per_stage(mlp_ratios, num_stages, 'mlp_ratios')
+        embed_dims = per_stage(embed_dims, num_stages, 'embed_dims')
+        num_heads = per_stage(num_heads, num_stages, 'num_heads')
+        mlp_ratios = per_stage(mlp_ratios, num_stages, 'mlp_ratios')
         attn_types, kernel_kwargs = per_stage_kernels(attn_types, kernel_kwargs, num_stages)
-        layer_scale_init_values = _per_stage(layer_scale_init_values, num_stages, 'layer_scale_init_values')
+        layer_scale_init_values = per_stage(layer_scale_init_values, num_stages, 'layer_scale_init_values')
         self.num_classes = num_classes
         self.in_chans = in_chans
         self.drop_rate = drop_rate
@@ -158,8 +143,9 @@ class NaLaFormer(nn.Module):
 
     @torch.jit.ignore
     def no_weight_decay(self) -> set:
-        # Norms, biases and LayerScale are excluded by timm's optimizer factory (ndim <= 1 or listed here).
-        return {n for n, _ in self.named_parameters() if n.endswith(('gamma_1', 'gamma_2'))}
+        # As released (its list names absolute_pos_embed, which the model does not have): timm's optimizer
+        # factory exempts norms and biases (ndim <= 1, .bias) only; LayerScale, shape (1, C, 1, 1), decays.
+        return set()
 
     @torch.jit.ignore
     def group_matcher(self, coarse: bool = False) -> dict:
@@ -202,14 +188,7 @@ class NaLaFormer(nn.Module):
         ``attn_types`` / ``kernel_kwargs`` fails unless ``accept_definition_change``. A classifier of
         another number of classes is left out (fine-tuning): see the returned missing keys.
         """
-        state_dict = checkpoint_filter_fn(pretrained_weights(self, checkpoint, ema, accept_definition_change), self)
-        result = self.load_state_dict(state_dict, strict=False)
-        missing = [k for k in result.missing_keys if not k.startswith('head.')]
-        if missing:
-            raise CheckpointError(f'{checkpoint} lacks weights of this model: {missing[:10]}')
-        if result.unexpected_keys:  # e.g. stages or the head of a model pruned for feature extraction
-            _logger.info(f'{checkpoint}: ignored weights this model does not have: {result.unexpected_keys[:10]}')
-        return result
+        return load_pretrained(self, checkpoint, checkpoint_filter_fn, ema, accept_definition_change)
 
     def forward_intermediates(
             self,
@@ -281,9 +260,7 @@ def checkpoint_filter_fn(state_dict: Dict[str, torch.Tensor], model: NaLaFormer)
     """
     state_dict = strip_wrapper_prefixes(state_dict)
     own = model.state_dict()
-    for key in [k for k in ('head.weight', 'head.bias') if k in state_dict]:
-        if key not in own or own[key].shape != state_dict[key].shape:
-            del state_dict[key]  # another number of classes: keep the model's fresh classifier
+    state_dict = drop_other_classifier(state_dict, own, 'head')
     mismatched = [k for k, v in state_dict.items() if k in own and own[k].shape != v.shape]
     if mismatched or set(own) - set(state_dict) - {'head.weight', 'head.bias'}:
         theirs = describe_architecture(state_dict)
@@ -299,35 +276,14 @@ def checkpoint_filter_fn(state_dict: Dict[str, torch.Tensor], model: NaLaFormer)
 
 
 def _create_nalaformer(variant: str, pretrained: bool = False, **kwargs) -> NaLaFormer:
-    options = {}
-    if pretrained:  # pretrained_ema / accept_definition_change reach load_pretrained through loading_options
-        kwargs, options = pretrained_kwargs(variant, kwargs)
-    model_args = dict(MODEL_ARGS[variant])
-    model_args.update(kwargs)
-    with loading_options(**options):
-        return build_model_with_cfg(
-            NaLaFormer, variant, pretrained,
-            pretrained_filter_fn=checkpoint_filter_fn,
-            feature_cfg=dict(out_indices=(0, 1, 2, 3), feature_cls='getter'),
-            **model_args,
-        )
+    return build_model(NaLaFormer, variant, pretrained, MODEL_ARGS[variant], checkpoint_filter_fn, **kwargs)
 
 
-def _cfg(**kwargs) -> dict:
-    return {
-        'url': '',
-        'num_classes': 1000, 'input_size': (3, 224, 224), 'pool_size': (7, 7),
-        'crop_pct': 0.875, 'interpolation': 'bicubic', 'fixed_input_size': False,
-        'mean': IMAGENET_DEFAULT_MEAN, 'std': IMAGENET_DEFAULT_STD,
-        'first_conv': 'patch_embed.proj.0', 'classifier': 'head',
-        'paper_ids': 'arXiv:2506.21137',
-        'paper_name': 'NaLaFormer: Norm-Aware Linear Attention for Transformer Models',
-        'origin_url': 'https://github.com/ZacharyMeng/NaLaFormer',
-        **kwargs,
-    }
-
-
-default_cfgs = generate_default_cfgs({name: _cfg() for name in MODEL_ARGS})
+default_cfgs = generate_default_cfgs({name: model_cfg(
+    first_conv='patch_embed.proj.0', classifier='head',
+    paper_name='NaLaFormer: Norm-Aware Linear Attention for Transformer Models',
+    origin_url='https://github.com/ZacharyMeng/NaLaFormer',
+) for name in MODEL_ARGS})
 
 
 @register_model

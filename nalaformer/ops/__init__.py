@@ -3,9 +3,4 @@ from .nala import (
     nala_cos_feature_maps, nala_feature_maps, norm_and_direction, register_attention_kernel,
     rope_angles, rope_table,
 )
-from .backend import BACKENDS, nala_backend, use_nala_backend
-
-try:  # the fused Triton kernels register 'nala_triton' and 'nala_cos_triton' when triton is installed
-    from nalaformer.kernels import nala_triton  # noqa: F401
-except ImportError:
-    pass
+from .backend import BACKENDS, nala_backend, use_nala_backend  # registers nala, nala_cos (and the _triton ones)

@@ -10,12 +10,14 @@ Everything here is pure PyTorch and is the reference for the fused kernels. All
 attention math runs in float32 with autocast disabled, whatever the caller's dtype.
 
 Kernels are ``nn.Module`` subclasses without parameters (so they never change a
-state dict) registered by name; :func:`build_attention_kernel` makes one from the
-name used in configs (``'nala'``, ``'softmax'``, ...).
+state dict) registered by name, their ``attn_type``; :func:`build_attention_kernel` makes one
+from the name used in configs (``'nala'``, ``'softmax'``, ...). The ``nala`` / ``nala_cos``
+kernels, which run on one of several implementations of :func:`nala_feature_maps` +
+:func:`linear_attention`, are registered by :mod:`nalaformer.ops.backend`.
 """
 import inspect
 import math
-from typing import Dict, List, Mapping, Optional, Sequence, Tuple, Type, Union
+from typing import Dict, Mapping, Optional, Tuple, Type
 
 import torch
 import torch.nn as nn
@@ -25,7 +27,7 @@ from timm.layers import register_notrace_module
 
 __all__ = [
     'ATTENTION_KERNELS', 'AttentionKernel', 'build_attention_kernel', 'register_attention_kernel',
-    'kernel_function', 'per_stage_kernels', 'rope_angles', 'rope_table', 'apply_rope', 'linear_attention', 'norm_and_direction',
+    'kernel_function', 'rope_angles', 'rope_table', 'apply_rope', 'linear_attention', 'norm_and_direction',
     'nala_feature_maps', 'nala_cos_feature_maps',
 ]
 
@@ -153,14 +155,15 @@ class AttentionKernel(nn.Module):
 
     Subclasses implement ``attend`` on float32 tensors; autocast is switched off around it.
 
-    ``function_name``: the registered kernel whose function this one computes (itself, unless it is
-    another implementation of it, e.g. a fused one); it feeds :func:`kernel_function`.
+    ``attn_type``: the name the kernel is registered under. ``function_name``: the ``attn_type`` whose
+    function this one computes (its own, unless it is another implementation of it, e.g. a fused one);
+    it feeds :func:`kernel_function`.
 
     ``feature_maps(q, k) -> (phi_q, phi_k)``, (B, heads, N, d) -> (B, heads, N, F): the kernel's
     feature maps, when its attention is ``linear_attention(phi_q, phi_k, v, rope)``; None for kernels
     that are not one linear attention (``softmax``, the two streams of ``polarity``).
     """
-    kernel_name: str
+    attn_type: str
     function_name: str
     feature_maps = None
 
@@ -181,7 +184,7 @@ def register_attention_kernel(name: str):
         if name in ATTENTION_KERNELS:
             raise ValueError(f'attention kernel {name!r} is already registered')
         ATTENTION_KERNELS[name] = register_notrace_module(cls)
-        cls.kernel_name = name
+        cls.attn_type = name
         if 'function_name' not in cls.__dict__:
             cls.function_name = name
         return cls
@@ -211,8 +214,8 @@ def build_attention_kernel(name: str, **kwargs) -> AttentionKernel:
     return ATTENTION_KERNELS[name](**kwargs)
 
 
-def kernel_function(name: str, kwargs: Optional[Mapping] = None) -> dict:
-    """What a kernel computes, in a form that compares: ``{'kernel': function name, **its arguments}``.
+def kernel_function(attn_type: str, kwargs: Optional[Mapping] = None) -> dict:
+    """What a kernel computes, in a form that compares: ``{'attn_type': its function_name, **its arguments}``.
 
     Defaults are filled in (``nala_cos`` with no arguments equals ``nala_cos`` with ``alpha=20``), other
     implementations name the function they compute (``nala_triton`` -> ``nala``). A name that is not a
@@ -220,76 +223,11 @@ def kernel_function(name: str, kwargs: Optional[Mapping] = None) -> dict:
     tell whether a model computes what its weights were trained for.
     """
     kwargs = dict(kwargs or {})
-    if name not in ATTENTION_KERNELS:
-        return {'kernel': name, **kwargs}
-    bound = _kernel_signature(name).bind(**kwargs)
+    if attn_type not in ATTENTION_KERNELS:
+        return {'attn_type': attn_type, **kwargs}
+    bound = _kernel_signature(attn_type).bind(**kwargs)
     bound.apply_defaults()
-    return {'kernel': ATTENTION_KERNELS[name].function_name, **bound.arguments}
-
-
-def per_stage_kernels(attn_types: Union[str, Sequence[str]],
-                      kernel_kwargs: Union[None, Mapping, Sequence[Optional[Mapping]]],
-                      num_stages: int) -> Tuple[Tuple[str, ...], Tuple[Optional[dict], ...]]:
-    """The ``attn_types`` / ``kernel_kwargs`` of every model family, one entry per stage.
-
-    attn_types: one kernel name for every stage, or one per stage. kernel_kwargs: None, one dict for
-    every stage, or one dict (or None) per stage, e.g. ``(dict(alpha=5.), dict(alpha=5.), None, None)``.
-    """
-    names: List[str] = [attn_types] * num_stages if isinstance(attn_types, str) else list(attn_types)
-    if kernel_kwargs is None or isinstance(kernel_kwargs, Mapping):
-        kernel_kwargs = [kernel_kwargs] * num_stages
-    kwargs = [None if kw is None else dict(kw) for kw in kernel_kwargs]
-    for what, value in (('attn_types', names), ('kernel_kwargs', kwargs)):
-        if len(value) != num_stages:
-            raise ValueError(f'{what} has {len(value)} entries but the model has {num_stages} stages: {value}')
-    return tuple(names), tuple(kwargs)
-
-
-@register_attention_kernel('nala')
-class NaLaKernel(AttentionKernel):
-    """Norm-aware linear attention exactly as released.
-
-    Runs on the backend that :func:`~nalaformer.ops.backend.nala_backend` names, or on the one this
-    kernel asks for (``backend``; the ``nala_triton`` kernels: ``'fused'``); all compute the same.
-    """
-    alpha: Optional[float] = None  # the cosine-inhibit form's sharpness; None: the release's sign split
-    backend: Optional[str] = None
-
-    def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, rope: torch.Tensor) -> torch.Tensor:
-        if not torch.jit.is_scripting():
-            if (self.backend or nala_backend()) == 'fused':
-                fused = fused_kernels()
-                # float16 / bfloat16 inputs reach the fused kernel as they are (it upcasts on load).
-                if fused is not None and fused.triton_supported(q, k, v, rope):
-                    if self.alpha is None:
-                        return fused.nala_attention(q, k, v, rope)
-                    return fused.nala_cos_attention(q, k, v, rope, self.alpha)
-        with torch.autocast('cuda', enabled=False), torch.autocast('cpu', enabled=False):  # as every kernel
-            return self.attend(q.float(), k.float(), v.float(), rope.float())
-
-    def feature_maps(self, q: torch.Tensor, k: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
-        return nala_feature_maps(q, k)
-
-    def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, rope: torch.Tensor) -> torch.Tensor:
-        if not torch.jit.is_scripting():
-            if (self.backend or nala_backend()) != 'reference':  # one op, maps recomputed in backward
-                if self.alpha is None:
-                    return nala_fast.nala_attention(q, k, v, rope)
-                return nala_fast.nala_cos_attention(q, k, v, rope, self.alpha)
-        phi_q, phi_k = self.feature_maps(q, k)
-        return linear_attention(phi_q, phi_k, v, rope)
-
-
-@register_attention_kernel('nala_cos')
-class NaLaCosKernel(NaLaKernel):
-    """The paper's continuous cosine-inhibit form; ``alpha`` sets its sharpness."""
-
-    def __init__(self, alpha: float = 20.0):
-        super().__init__()
-        self.alpha = alpha
-
-    def feature_maps(self, q: torch.Tensor, k: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
-        return nala_cos_feature_maps(q, k, self.alpha)
+    return {'attn_type': ATTENTION_KERNELS[attn_type].function_name, **bound.arguments}
 
 
 @register_attention_kernel('const_power')
@@ -399,6 +337,3 @@ class ExplicitSoftmaxKernel(AttentionKernel):
         return scores.softmax(dim=-1) @ v
 
 
-# The fast op behind the ``nala`` / ``nala_cos`` kernels (imported last: it uses this module's helpers).
-from . import nala_fast  # noqa: E402
-from .backend import fused_kernels, nala_backend  # noqa: E402

@@ -16,7 +16,6 @@ Writes a PNG and a JSON. Example::
         --out docs/attention_entropy.png --json docs/attention_entropy.json
 """
 import argparse
-import json
 import math
 import sys
 from pathlib import Path
@@ -25,9 +24,11 @@ from typing import Dict, Optional, Sequence
 import torch
 from tqdm import tqdm
 
-from nalaformer.analysis.cli import add_block_args, block_qk, run_cli
+from nalaformer.analysis.cli import add_block_args, block_qk
 from nalaformer.analysis.entropy import KERNELS, attention_entropy, norm_sweep, pearson, spearman
-from nalaformer.analysis.models import parse_size
+from nalaformer.analysis.grids import parse_size
+from nalaformer.analysis.results import save_figure, write_json
+from nalaformer.errors import run_tool
 
 
 def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
@@ -102,17 +103,13 @@ def plot(report: Dict, q_norm: torch.Tensor, entropies: Dict[str, torch.Tensor],
     fig.suptitle(f"{report['model']} stage {report['stage']} block {report['block']}, "
                  f"{report['token_grid'][0]}x{report['token_grid'][1]} tokens, {report['checkpoint']}, RoPE off",
                  fontsize=10)
-    fig.tight_layout()
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=120)
-    plt.close(fig)
+    save_figure(fig, out, dpi=120)
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     args = parse_args(argv)
     report = analyse(args)
-    args.json.parent.mkdir(parents=True, exist_ok=True)
-    args.json.write_text(json.dumps(report, indent=2) + '\n')
+    write_json(args.json, report)
     for kernel, stats in report['kernels'].items():
         print(f"{kernel:9s} Spearman {stats['spearman']:+.3f}  Pearson {stats['pearson']:+.3f}  "
               f"sweep change {stats['sweep']['change_low_to_high_norm']:+.3f} nats")
@@ -121,4 +118,4 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
 
 if __name__ == '__main__':
-    sys.exit(run_cli(main))
+    sys.exit(run_tool(main))

@@ -17,7 +17,9 @@ mapped fresh on every forward and high resolutions look slower than they are. Lo
 and the CPU time used by other processes during each timing loop are recorded.
 
 Models are timm names or specs with kwargs; swin/deit-style models with a fixed input size
-are built for each size (``img_size``); a model that cannot run at a size is reported 'n/a'.
+are built for each size (``img_size``). A model that fails to build or run at a size stops the benchmark with
+its error; with ``--keep-going`` the row records the error (status 'error') and the others go on. Running out of
+memory is a result (status 'out of memory'), not a failure.
 Every model is built right after ``torch.manual_seed(0)``: models of one architecture get the same weights.
 ``--amp bf16|fp16`` runs forward (and the loss) under ``torch.autocast``, fp16 training with a
 ``GradScaler``. Training rows also record the final loss and whether every loss of the run was finite.
@@ -42,45 +44,37 @@ Examples::
         --models nalaformer_t fused:nalaformer_t
 """
 import argparse
-import contextlib
-import importlib.util
-import gc
-import json
 import math
-import os
-import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 import timm
 import torch
 import torch.nn.functional as F
 from tqdm import tqdm
 
-from nalaformer.analysis.cli import run_cli
-from nalaformer.analysis.models import (
-    ModelSpec, ModelSpecError, create_model, format_error, parse_model_spec, parse_size,
+from nalaformer.analysis.grids import parse_size
+from nalaformer.analysis.machine import device_name, load_average
+from nalaformer.analysis.memory import (
+    add_memory_worker_arg, answer_memory_worker, free_memory, malloc_setting, memory_env, run_memory_worker,
+    tune_malloc, worker_memory,
 )
-from nalaformer.analysis.measure import (
-    Contention, device_name, format_optional, memory_env, peak_rss_mb, reset_peak_rss, rss_mb, summarize,
-    synchronize, timed, tune_malloc,
+from nalaformer.analysis.models import ModelSpec, create_model, parse_entry
+from nalaformer.analysis.release import load_release, release_model
+from nalaformer.analysis.results import (
+    Failure, add_keep_going_arg, add_ratios, attempt, format_optional, outputs_line, save_figure, write_json,
 )
-from nalaformer.ops import nala_backend, use_nala_backend
+from nalaformer.analysis.steps import AMP_DTYPES, ModelStep, backend_context, loss_summary
+from nalaformer.analysis.timing import summarize, time_steps
+from nalaformer.errors import ConfigError, run_tool
+from nalaformer.ops import nala_backend
 
 DEFAULT_MODELS = (
     'nalaformer_t', "nalaformer_t(attn_types='nala')", "nalaformer_t(attn_types='softmax')",
     'swin_tiny_patch4_window7_224', 'convnext_tiny', 'deit_small_patch16_224',
 )
-# Samples are flagged when other processes kept more than this many cores busy on average.
-CONTENTION_CORES = 0.25
-# Model prefixes: our model on another NaLa backend, or the release's model (see the docstring).
-BACKEND_VARIANTS = ('fused', 'reference')
-VARIANTS = (*BACKEND_VARIANTS, 'release')
-AMP_DTYPES = {'none': None, 'bf16': torch.bfloat16, 'fp16': torch.float16}
-# Release block flags of our attention types.
-RELEASE_FLAGS = {'nala': 'l', 'softmax': 'v'}
 
 
 def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
@@ -107,67 +101,20 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     parser.add_argument('--memory-mmap-threshold', type=int, default=None, metavar='BYTES',
                         help='memory workers map every allocation over BYTES fresh (MALLOC_MMAP_THRESHOLD_: '
                              "no dynamic glibc threshold, so peak RSS follows live tensors; default: glibc defaults)")
+    add_keep_going_arg(parser)
     parser.add_argument('--out-json', type=Path, default=Path('benchmark.json'))
     parser.add_argument('--out-png', type=Path, default=Path('benchmark.png'))
-    parser.add_argument('--memory-worker', default=None, help=argparse.SUPPRESS)
+    add_memory_worker_arg(parser)
     return parser.parse_args(argv)
-
-
-# ----------------------------------------------------------------------------------------------
-# One iteration of a model
-# ----------------------------------------------------------------------------------------------
-def parse_entry(text: str) -> Tuple[ModelSpec, Optional[str]]:
-    """A --models entry: its spec (labelled with the whole entry) and its variant prefix, if any."""
-    variant, _, rest = text.partition(':')
-    if variant not in VARIANTS or not rest:
-        return parse_model_spec(text), None
-    spec = parse_model_spec(rest)
-    return ModelSpec(spec.name, spec.kwargs, text.strip()), variant
-
-
-def load_release(path: Path):
-    """The release's NALA.py as a module (it is never copied into this repository)."""
-    if path is None or not Path(path).is_file():
-        raise ModelSpecError(f"'release:' models need --release-file pointing at the release's NALA.py (got {path})")
-    spec = importlib.util.spec_from_file_location('nala_release', str(path))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-def release_model(ours: torch.nn.Module, release_file: Path) -> torch.nn.Module:
-    """The release's model of ``ours``' architecture and attention types, with ``ours``' weights."""
-    attn_types = getattr(ours, 'attn_types', None)
-    if attn_types is None or any(t not in RELEASE_FLAGS for t in attn_types):
-        raise ModelSpecError(f"'release:' needs a nalaformer_* model with 'nala'/'softmax' stages, got {attn_types}")
-    stages = list(ours.layers)
-    dims = [stage.blocks[0].attn.qkvg.in_features for stage in stages]
-    model = load_release(release_file).NALAFORMER(
-        num_classes=ours.num_classes, embed_dims=dims, depths=[len(stage.blocks) for stage in stages],
-        num_heads=[stage.blocks[0].attn.num_heads for stage in stages],
-        mlp_ratios=[stage.blocks[0].ffn.fc1.out_features / dim for stage, dim in zip(stages, dims)],
-        flagss=[[RELEASE_FLAGS[t]] * len(stage.blocks) for t, stage in zip(attn_types, stages)],
-        drop_path_rate=0., projection=ours.head_hidden_size,
-        layerscales=[stage.blocks[0].gamma_1 is not None for stage in stages], layer_init_values=[1.] * len(stages))
-    model.load_state_dict(ours.state_dict())
-    return model
-
-
-def backend_context(variant: Optional[str]) -> Callable[[], contextlib.AbstractContextManager]:
-    """A fresh context for each iteration: the NaLa backend of a 'fused' / 'reference' entry, else none."""
-    if variant in BACKEND_VARIANTS:
-        return lambda: use_nala_backend(variant)
-    return contextlib.nullcontext
 
 
 def make_step(spec: ModelSpec, size: Tuple[int, int], batch: int, mode: str,
               device: torch.device, variant: Optional[str] = None,
-              release_file: Optional[Path] = None, amp: str = 'none') -> Callable[[], None]:
+              release_file: Optional[Path] = None, amp: str = 'none') -> ModelStep:
     """Build ``spec`` for ``size`` (H, W) with a random (batch, 3, H, W) input; return one iteration.
 
     ``variant``: None (as built), 'fused' / 'reference' (our model on that NaLa backend) or 'release' (the
-    release's model). ``amp``: a key of ``AMP_DTYPES``. A training step keeps its loss (a 0-dim tensor,
-    read without a device sync) in the list ``step.losses``.
+    release's model). ``amp``: a key of ``AMP_DTYPES``. Training: cross-entropy on random labels, AdamW.
     """
     torch.manual_seed(0)
     model = create_model(spec, img_size=size)
@@ -175,141 +122,42 @@ def make_step(spec: ModelSpec, size: Tuple[int, int], batch: int, mode: str,
         model = release_model(model, release_file)
     model = model.to(device)
     x = torch.randn(batch, 3, *size, device=device)
-    ops = backend_context(variant)
-    dtype = AMP_DTYPES[amp]
-
-    def autocast():
-        return torch.autocast(device.type, dtype=dtype, enabled=dtype is not None)
-
+    context = backend_context(variant if variant != 'release' else None)
     if mode == 'infer':
-        model.eval()
-
-        def step():
-            with torch.inference_mode(), ops(), autocast():
-                model(x)
-        return step
-
-    model.train()
+        return ModelStep(model, x, mode, device, amp, context=context)
     target = torch.randint(0, model.num_classes, (batch,), device=device)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
-    scaler = torch.amp.GradScaler(device.type, enabled=dtype is torch.float16)
-    losses = []
-
-    def step():
-        optimizer.zero_grad(set_to_none=True)
-        with ops():
-            with autocast():
-                loss = F.cross_entropy(model(x), target)
-            scaler.scale(loss).backward()
-        scaler.step(optimizer)
-        scaler.update()
-        losses.append(loss.detach())
-    step.losses = losses
-    return step
-
-
-def loss_summary(step: Callable[[], None]) -> Dict:
-    """The final loss of a training step's iterations and whether all of them were finite (empty in inference)."""
-    losses = [float(loss) for loss in getattr(step, 'losses', [])]
-    if not losses:
-        return {}
-    return dict(final_loss=losses[-1], losses_finite=all(math.isfinite(v) for v in losses))
+    return ModelStep(model, x, mode, device, amp, F.cross_entropy, target,
+                     torch.optim.AdamW(model.parameters(), lr=1e-4), context)
 
 
 # ----------------------------------------------------------------------------------------------
 # Peak memory, one fresh process per (model, size)
 # ----------------------------------------------------------------------------------------------
-def memory_worker(payload: str) -> Dict:
+def memory_worker(job: Dict) -> Dict:
     """Run in a fresh process: peak memory (MiB) of two iterations of one model at one size.
 
     ``peak_mb``: above the post-import baseline (weights, gradients and optimizer state included);
-    ``extra_mb``: above the built model, its optimizer and input (what the iterations add).
+    ``extra_mb``: above the built model, its optimizer and input (what the iterations add). On CUDA after an
+    uncounted first call (its one-off allocations, library workspaces, are not an iteration's).
     """
-    job = json.loads(payload)
     device = torch.device(job['device'])
     if job['threads']:
         torch.set_num_threads(job['threads'])
-    baseline = peak_rss_mb()
-    try:
-        spec, variant = parse_entry(job['spec'])
-        step = make_step(spec, tuple(job['size']), job['batch'], job['mode'], device, variant,
-                         job.get('release_file'), job.get('amp', 'none'))
-        gc.collect()
-        if device.type == 'cuda':
-            synchronize(device)
-            built = torch.cuda.memory_allocated(device) / 2 ** 20
-            step()  # one-off allocations of a first call (library workspaces) are not an iteration's
-            synchronize(device)
-            torch.cuda.reset_peak_memory_stats(device)
-        else:
-            built = rss_mb() if reset_peak_rss() else None
-        for _ in range(2):  # the second training step also holds the optimizer state
-            step()
-        synchronize(device)
-    except Exception as e:  # reported as 'n/a' with the reason
-        return dict(error=format_error(e))
-    if device.type == 'cuda':
-        peak = torch.cuda.max_memory_allocated(device) / 2 ** 20
-        return dict(peak_mb=peak, extra_mb=peak - built)
-    peak = peak_rss_mb()
-    return dict(peak_mb=peak - baseline, extra_mb=None if built is None else peak - built)
+    spec, variant = parse_entry(job['spec'])
+    return worker_memory(lambda: make_step(spec, tuple(job['size']), job['batch'], job['mode'], device, variant,
+                                           job.get('release_file'), job.get('amp', 'none')),
+                         device, warmup=1 if device.type == 'cuda' else 0, extra_since='build')
 
 
 def measure_memory(spec: str, size: Tuple[int, int], batch: int, args: argparse.Namespace) -> Dict:
     job = dict(spec=spec, size=size, batch=batch, mode=args.mode, device=args.device, threads=args.threads,
                release_file=None if args.release_file is None else str(args.release_file), amp=args.amp)
-    env = memory_env(args.memory_mmap_threshold)
-    proc = subprocess.run([sys.executable, __file__, '--memory-worker', json.dumps(job)],
-                          capture_output=True, text=True, env=env)
-    lines = proc.stdout.strip().splitlines()
-    if proc.returncode or not lines:
-        return dict(error=f'memory worker failed (exit {proc.returncode}): {proc.stderr.strip()[-300:]}')
-    return json.loads(lines[-1])
+    return run_memory_worker(Path(__file__), job, memory_env(args.memory_mmap_threshold))
 
 
 # ----------------------------------------------------------------------------------------------
 # The run
 # ----------------------------------------------------------------------------------------------
-def time_size(specs: Sequence[Tuple[ModelSpec, Optional[str]]], size: Tuple[int, int], batch: int,
-              args: argparse.Namespace,
-              device: torch.device) -> Tuple[Dict[str, List[float]], Dict[str, Dict], Dict[str, str], Dict]:
-    """Warm up every model, then time ``repeats`` alternating rounds: per-model samples (ms), their losses
-    (:func:`loss_summary`), the models that could not run ('n/a' reasons) and the machine's contention meanwhile."""
-    steps, failed = {}, {}
-    for spec, variant in tqdm(specs, desc=f'build {size[0]}x{size[1]} b{batch}', leave=False):
-        try:
-            step = make_step(spec, size, batch, args.mode, device, variant, args.release_file, args.amp)
-            for _ in range(args.warmup):
-                step()
-            steps[spec.label] = step
-        except Exception as e:  # any failure to build or run at this size is reported, not fatal
-            failed[spec.label] = format_error(e)
-            gc.collect()
-    samples = {label: [] for label in steps}
-    with Contention() as contention, tqdm(total=args.repeats * len(steps), desc=f'time {size[0]}x{size[1]} b{batch}',
-                                          leave=False) as bar:
-        for _ in range(args.repeats):
-            for label, step in steps.items():
-                samples[label].append(timed(step, device))
-                bar.update()
-    losses = {label: loss_summary(step) for label, step in steps.items()}
-    del steps
-    gc.collect()
-    if device.type == 'cuda':
-        torch.cuda.empty_cache()
-    return samples, losses, failed, contention.as_dict()
-
-
-def add_ratios(results: List[Dict], baseline: str):
-    """Latency and memory of each result relative to the baseline model at the same size and batch."""
-    reference = {(tuple(r['size']), r['batch']): r for r in results if r['model'] == baseline}
-    for r in results:
-        base = reference.get((tuple(r['size']), r['batch']))
-        for key, value in (('latency_ratio', 'median_ms'), ('memory_ratio', 'peak_mb'), ('extra_ratio', 'extra_mb')):
-            ok = base is not None and r.get(value) is not None and base.get(value)
-            r[key] = r[value] / base[value] if ok else None
-
-
 def growth(results: List[Dict]) -> Dict[str, List[Dict]]:
     """Per model, between consecutive sizes: factor of per-image latency and of peak memory per 4x pixels."""
     table = {}
@@ -333,20 +181,20 @@ def growth(results: List[Dict]) -> Dict[str, List[Dict]]:
 def run(args: argparse.Namespace) -> Dict:
     device = torch.device(args.device)
     if device.type == 'cuda' and not torch.cuda.is_available():
-        raise ValueError('--device cuda: no CUDA device is available')
+        raise ConfigError('--device cuda: no CUDA device is available')
     specs = [parse_entry(m) for m in args.models]
     if any(variant == 'release' for _, variant in specs):
-        load_release(args.release_file)  # a missing or broken file is a user error now, not 'n/a' rows
+        load_release(args.release_file)  # a missing or broken file is a user error now, not failed rows
     labels = [s.label for s, _ in specs]
     if len(set(labels)) != len(labels):
-        raise ValueError(f'models are listed twice: {labels}')
+        raise ConfigError(f'models are listed twice: {labels}')
     baseline = args.baseline or labels[0]
     if baseline not in labels:
-        raise ValueError(f'--baseline {baseline!r} is not one of --models {labels}')
+        raise ConfigError(f'--baseline {baseline!r} is not one of --models {labels}')
     sizes = [parse_size(s) for s in args.sizes]
     if len(args.batch_sizes) not in (1, len(sizes)) or min(args.batch_sizes) < 1:
-        raise ValueError(f'--batch-sizes takes one positive value or one per size ({len(sizes)}), '
-                         f'got {args.batch_sizes}')
+        raise ConfigError(f'--batch-sizes takes one positive value or one per size ({len(sizes)}), '
+                          f'got {args.batch_sizes}')
     batches = args.batch_sizes * len(sizes) if len(args.batch_sizes) == 1 else args.batch_sizes
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -355,10 +203,7 @@ def run(args: argparse.Namespace) -> Dict:
     meta = dict(
         device=device.type, device_name=device_name(device), threads=torch.get_num_threads(), mode=args.mode,
         amp=args.amp, warmup=args.warmup, repeats=args.repeats, baseline=baseline, torch=torch.__version__,
-        timm=timm.__version__,
-        malloc_timing=('mallopt M_MMAP_MAX=0, M_TRIM_THRESHOLD=-1 (no per-tensor mmap, no trimming)' if malloc_tuned
-                       else 'defaults (env: ' + ', '.join(f'{k}={os.environ.get(k)}' for k in
-                                                         ('MALLOC_MMAP_MAX_', 'MALLOC_TRIM_THRESHOLD_')) + ')'),
+        timm=timm.__version__, malloc_timing=malloc_setting(malloc_tuned),
         memory=('torch.cuda.max_memory_allocated, iterations 2-3' if device.type == 'cuda' else
                 'peak RSS (VmHWM) above the post-import baseline, fresh process, ' +
                 ('glibc defaults' if args.memory_mmap_threshold is None else
@@ -367,33 +212,35 @@ def run(args: argparse.Namespace) -> Dict:
                       'VmHWM (reset by /proc/self/clear_refs after the build) - VmRSS after the build'),
         nala_backend=nala_backend(),
         release_file=None if args.release_file is None else str(args.release_file),
-        started=time.strftime('%Y-%m-%d %H:%M:%S'), load_at_start=[round(v, 2) for v in os.getloadavg()],
+        started=time.strftime('%Y-%m-%d %H:%M:%S'), load_at_start=load_average(),
     )
     results = []
     for size, batch in zip(sizes, batches):
-        samples, losses, failed, contention = time_size(specs, size, batch, args, device)
-        if contention['other_busy_cores'] is not None and contention['other_busy_cores'] > CONTENTION_CORES:
-            print(f"warning: other processes kept {contention['other_busy_cores']:.2f} cores busy while timing "
-                  f"{size[0]}x{size[1]}; load {contention['load_before']} -> {contention['load_after']}",
-                  file=sys.stderr)
+        builders = {spec.label: (lambda spec=spec, variant=variant: make_step(
+            spec, size, batch, args.mode, device, variant, args.release_file, args.amp)) for spec, variant in specs}
+        timing = time_steps(builders, device, args.warmup, args.repeats, args.keep_going,
+                            f'{size[0]}x{size[1]} b{batch}')
         for spec, _ in specs:
-            row = dict(model=spec.label, size=list(size), batch=batch, **contention)
-            if spec.label in failed:
-                row.update(status='n/a', reason=failed[spec.label], median_ms=None, peak_mb=None, extra_mb=None)
+            row = dict(model=spec.label, size=list(size), batch=batch, **timing.contention)
+            if spec.label in timing.failures:
+                row.update(timing.failures[spec.label].as_row(), median_ms=None, peak_mb=None, extra_mb=None)
             else:
-                row.update(status='ok', **summarize(samples[spec.label], batch), **losses[spec.label], peak_mb=None,
-                           extra_mb=None)
+                row.update(status='ok', **summarize(timing.samples[spec.label], batch),
+                           **loss_summary(timing.steps[spec.label].losses), peak_mb=None, extra_mb=None)
             results.append(row)
+        del timing
+        free_memory(device)
     if not args.no_memory:
-        jobs = [r for r in results if r['status'] == 'ok']
-        for row in tqdm(jobs, desc='peak memory (fresh process each)'):
-            memory = measure_memory(row['model'], tuple(row['size']), row['batch'], args)
-            row['peak_mb'] = memory.get('peak_mb')
-            row['extra_mb'] = memory.get('extra_mb')
-            if 'error' in memory:
-                row['memory_error'] = memory['error']
-    add_ratios(results, baseline)
-    meta.update(finished=time.strftime('%Y-%m-%d %H:%M:%S'), load_at_end=[round(v, 2) for v in os.getloadavg()])
+        for row in tqdm([r for r in results if r['status'] == 'ok'], desc='peak memory (fresh process each)'):
+            memory = attempt(lambda: measure_memory(row['model'], tuple(row['size']), row['batch'], args),
+                             args.keep_going, f"peak memory of {row['model']} at {row['size'][0]}x{row['size'][1]}")
+            if isinstance(memory, Failure):
+                row['memory_error'] = f'{memory.status}: {memory.error}'
+            else:
+                row.update(peak_mb=memory['peak_mb'], extra_mb=memory['extra_mb'])
+    add_ratios(results, lambda r: r['model'] == baseline, lambda r: (tuple(r['size']), r['batch']),
+               dict(latency_ratio='median_ms', memory_ratio='peak_mb', extra_ratio='extra_mb'))
+    meta.update(finished=time.strftime('%Y-%m-%d %H:%M:%S'), load_at_end=load_average())
     return dict(meta=meta, results=results, growth=growth(results))
 
 
@@ -406,7 +253,11 @@ def markdown_table(report: Dict) -> str:
              f"latency | peak MB | x memory | extra MB | x extra |" + (' final loss | finite |' if train else ''),
              '|---|---|---|---|---|---|---|---|---|---|' + ('---|---|' if train else '')]
     for r in report['results']:
-        latency = 'n/a' if r['median_ms'] is None else f"{r['median_ms']:.1f} ({r['q1_ms']:.1f}-{r['q3_ms']:.1f})"
+        if r['status'] != 'ok':
+            lines.append(f"| {r['model']} | {r['size'][0]}x{r['size'][1]} | {r['batch']} | {r['status']}: {r['error']} "
+                         f"|{' |' * (8 if train else 6)}")
+            continue
+        latency = f"{r['median_ms']:.1f} ({r['q1_ms']:.1f}-{r['q3_ms']:.1f})"
         line = (f"| {r['model']} | {r['size'][0]}x{r['size'][1]} | {r['batch']} | {latency} | "
                 f"{format_optional(r.get('throughput'), '.1f')} | {format_optional(r['latency_ratio'], '.2f')} | "
                 f"{format_optional(r['peak_mb'], '.0f')} | {format_optional(r['memory_ratio'], '.2f')} | "
@@ -456,30 +307,24 @@ def plot(report: Dict, out: Path):
     fig.suptitle(f"{meta['mode']} on {meta['device_name']}, {meta['threads']} thread(s), batch {batches}, "
                  f"median of {meta['repeats']}; load {meta['load_at_start']} -> {meta['load_at_end']}"
                  + (f'; other processes busy: up to {max(others):.2f} cores' if others else ''), fontsize=9)
-    fig.tight_layout(rect=(0, 0, 1, 0.94))
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=110)
-    plt.close(fig)
+    save_figure(fig, out, rect=(0, 0, 1, 0.94))
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     args = parse_args(argv)
     if args.memory_worker:
-        print(json.dumps(memory_worker(args.memory_worker)))
-        return 0
+        return answer_memory_worker(memory_worker, args.memory_worker)
     report = run(args)
-    args.out_json.parent.mkdir(parents=True, exist_ok=True)
-    args.out_json.write_text(json.dumps(report, indent=2) + '\n')
+    write_json(args.out_json, report)
     plot(report, args.out_png)
     print(markdown_table(report))
     for model, steps in report['growth'].items():
         for g in steps:
             print(f"{model}: {g['sizes'][0]} -> {g['sizes'][1]}: per 4x pixels, latency/image "
                   f"x{g['latency_per_image_per_4x_pixels']:.2f}, memory x{format_optional(g['peak_memory_per_4x_pixels'], '.2f')}")
-    print(f"load {report['meta']['load_at_start']} -> {report['meta']['load_at_end']}; "
-          f"wrote {args.out_json} and {args.out_png}")
+    print(outputs_line(report['meta'], args.out_json, args.out_png))
     return 0
 
 
 if __name__ == '__main__':
-    sys.exit(run_cli(main))
+    sys.exit(run_tool(main))

@@ -14,7 +14,9 @@ must move (q, k, v read, out written; for forward + backward also dout read and 
 written) over the median time; ``x_bound`` = time / (those bytes at the device's peak DRAM
 bandwidth), 1.0 being the bound. ``--check`` records the fused kernel's largest errors against the
 PyTorch operator (relative to each tensor's largest magnitude). Writes ``benchmark_kernels.json``
-and ``benchmark_kernels.png`` to ``--out-dir`` and prints a table with ratios to ``torch``.
+and ``benchmark_kernels.png`` to ``--out-dir`` and prints a table with ratios to ``torch``. A run that
+fails stops the benchmark with its error (with ``--keep-going`` its row records it, status 'error'); one that
+runs out of GPU memory is recorded (status 'out of memory').
 
 On CPU the Triton kernels run in the interpreter (``TRITON_INTERPRET=1`` is set here): only a
 smoke test, with ``--tiny``. Examples:
@@ -24,16 +26,21 @@ smoke test, with ``--tiny``. Examples:
     python tools/analysis/benchmark_kernels.py --tiny --out-dir /tmp/bench
 """
 import argparse
-import json
-import math
 import os
 import statistics
-import time
+import sys
 from pathlib import Path
-from typing import Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, Optional, Sequence, Tuple
 
 import torch
 import torch.nn.functional as F
+
+from nalaformer.analysis.grids import token_grid
+from nalaformer.analysis.machine import device_name, peak_bandwidth
+from nalaformer.analysis.memory import call_peak_mb, free_memory
+from nalaformer.analysis.results import Failure, add_keep_going_arg, attempt, save_figure, write_json
+from nalaformer.analysis.timing import time_repeats
+from nalaformer.errors import run_tool
 
 METHODS = ('fused', 'torch', 'reference', 'sdpa')
 MODES = ('forward', 'forward_backward')
@@ -41,12 +48,6 @@ DTYPES = {'float32': torch.float32, 'float16': torch.float16, 'bfloat16': torch.
 # Stage 1 of NaLaFormer-T at 224 (batch 64: one head of 64), then 16K and 65K tokens with the same head.
 DEFAULT_SHAPES = ('64x1x3136x64', '8x1x16384x64', '2x1x65536x64')
 TINY_SHAPES = ('1x2x9x32', '2x1x25x32')
-# Peak DRAM bandwidth in GB/s by device-name substring (vendor datasheets), first match wins.
-PEAK_BANDWIDTH_GBPS = (
-    ('H200', 4800.0), ('H100 PCIe', 2000.0), ('H100', 3350.0), ('A100-SXM4-80GB', 2039.0),
-    ('A100 80GB PCIe', 1935.0), ('A100', 1555.0), ('L40S', 864.0), ('A10G', 600.0), ('L4', 300.0),
-    ('RTX 4090', 1008.0), ('RTX 3090', 936.0), ('V100', 900.0), ('T4', 320.0),
-)
 Shape = Tuple[int, int, int, int]
 
 
@@ -74,26 +75,13 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     parser.add_argument('--check', action='store_true',
                         help="also record the fused kernel's errors (out, dq, dk, dv) against the PyTorch operator")
     parser.add_argument('--tiny', action='store_true', help='smoke run: two tiny shapes, float32, one repeat (CPU)')
+    add_keep_going_arg(parser)
     args = parser.parse_args(argv)
     if args.tiny:
         args.shapes, args.dtype, args.warmup, args.repeats = [parse_shape(s) for s in TINY_SHAPES], 'float32', 0, 1
     if args.device is None:
         args.device = 'cuda' if torch.cuda.is_available() and not args.tiny else 'cpu'
     return args
-
-
-def peak_bandwidth(device: torch.device) -> Tuple[str, Optional[float]]:
-    """Device name and its peak DRAM bandwidth in GB/s (None when not in the table)."""
-    if device.type != 'cuda':
-        return 'cpu', None
-    name = torch.cuda.get_device_name(device)
-    return name, next((gbps for key, gbps in PEAK_BANDWIDTH_GBPS if key in name), None)
-
-
-def token_grid(n: int) -> Tuple[int, int]:
-    """The most nearly square (H, W) with H * W = n, H <= W."""
-    height = next(h for h in range(math.isqrt(n), 0, -1) if n % h == 0)
-    return height, n // height
 
 
 def make_inputs(shape: Shape, dtype: torch.dtype, device: torch.device, seed: int = 0):
@@ -132,60 +120,29 @@ def _call(fn: Callable, inputs, mode: str, grad: Optional[torch.Tensor]):
     return out
 
 
-def times_ms(fn: Callable[[], object], device: torch.device, warmup: int, repeats: int) -> List[float]:
-    """Times in ms of ``repeats`` calls of ``fn()`` after ``warmup`` untimed ones (CUDA events on a GPU)."""
-    for _ in range(warmup):
-        fn()
-    times = []
-    for _ in range(repeats):
-        if device.type == 'cuda':
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            fn()
-            end.record()
-            end.synchronize()
-            times.append(start.elapsed_time(end))
-        else:
-            start = time.perf_counter()
-            fn()
-            times.append(1e3 * (time.perf_counter() - start))
-    return times
-
-
-def peak_memory_mib(fn: Callable, inputs, mode: str, grad) -> Optional[float]:
-    """Peak CUDA memory of one call beyond what was allocated before it, in MiB; None on CPU."""
-    device = inputs[0].device
-    if device.type != 'cuda':
-        return None
-    torch.cuda.synchronize(device)
-    torch.cuda.reset_peak_memory_stats(device)
-    before = torch.cuda.memory_allocated(device)
-    _call(fn, inputs, mode, grad)
-    torch.cuda.synchronize(device)
-    return (torch.cuda.max_memory_allocated(device) - before) / 2 ** 20
-
-
 def measure(args: argparse.Namespace, method: str, shape: Shape, mode: str, peak: Optional[float]) -> Dict:
-    """One result row; running out of memory is recorded in 'status'."""
+    """One result row: the median time and its figures; or, running out of memory (or failing with
+    ``--keep-going``), the status and error."""
     batch, heads, tokens, head_dim = shape
     row = dict(batch=batch, heads=heads, tokens=tokens, head_dim=head_dim, method=method, mode=mode)
     device = torch.device(args.device)
-    try:
+
+    def timed_row() -> Dict:
         inputs = make_inputs(shape, DTYPES[args.dtype], device)
         fn = build_method(method)
         out = _call(fn, inputs, 'forward', None)
         grad = torch.randn_like(out)
-        times = times_ms(lambda: _call(fn, inputs, mode, grad), device, args.warmup, args.repeats)
+        times = time_repeats(lambda: _call(fn, inputs, mode, grad), device, args.warmup, args.repeats)
         median = statistics.median(times)
         moved = io_bytes(inputs[0], out, mode)
         gbs = moved / (median * 1e-3) / 1e9
-        row.update(status='ok', ms=median, times_ms=times, peak_mib=peak_memory_mib(fn, inputs, mode, grad),
-                   io_bytes=moved, bandwidth_gbs=gbs, x_bound=peak / gbs if peak else None)
-    except torch.cuda.OutOfMemoryError:
-        row['status'] = 'out of memory'
-    finally:
-        if device.type == 'cuda':
-            torch.cuda.empty_cache()
+        return dict(status='ok', ms=median, times_ms=times,
+                    peak_mib=call_peak_mb(lambda: _call(fn, inputs, mode, grad), device), io_bytes=moved,
+                    bandwidth_gbs=gbs, x_bound=peak / gbs if peak else None)
+
+    result = attempt(timed_row, args.keep_going, f'{method} {mode} at {shape_label(row)}')
+    row.update(result.as_row() if isinstance(result, Failure) else result)
+    free_memory(device)
     return row
 
 
@@ -198,6 +155,14 @@ def check_errors(args: argparse.Namespace, shape: Shape) -> Dict:
     errors = {name: ((a.float() - b.float()).abs().max() / b.float().abs().max()).item()
               for name, a, b in zip(('out', 'dq', 'dk', 'dv'), fused, ref)}
     return dict(zip(('batch', 'heads', 'tokens', 'head_dim'), shape), relative_max_error=errors)
+
+
+def checked(args: argparse.Namespace, shape: Shape) -> Dict:
+    """:func:`check_errors`, or its failure (running out of memory, or failing with ``--keep-going``)."""
+    result = attempt(lambda: check_errors(args, shape), args.keep_going, f'check at {"x".join(map(str, shape))}')
+    if isinstance(result, Failure):
+        return dict(zip(('batch', 'heads', 'tokens', 'head_dim'), shape), **result.as_row())
+    return result
 
 
 def shape_label(row: Dict) -> str:
@@ -215,7 +180,7 @@ def summary(results: Dict) -> str:
             cells = []
             for method, row in rows.items():
                 if row['status'] != 'ok':
-                    cells.append(f"{method} {row['status']}")
+                    cells.append(f"{method} {row['status']}: {row['error']}")
                     continue
                 cell = f"{method} {row['ms']:.3f}"
                 if base.get('status') == 'ok':
@@ -229,6 +194,9 @@ def summary(results: Dict) -> str:
                 cells.append(cell)
             lines.append(f'  {label:>16}: ' + '; '.join(cells))
     for check in results.get('checks', []):
+        if 'relative_max_error' not in check:
+            lines.append(f"fused vs torch, {shape_label(check)}: {check['status']}: {check['error']}")
+            continue
         errors = ', '.join(f'{name} {err:.1e}' for name, err in check['relative_max_error'].items())
         lines.append(f'fused vs torch, {shape_label(check)}: {errors}')
     return '\n'.join(lines)
@@ -258,9 +226,7 @@ def plot(results: Dict, path: Path):
         ax.set_title(title)
         ax.legend(fontsize=8)
     fig.suptitle(f"{results['device']}  {results['dtype']}  (median of {results['repeats']})")
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    save_figure(fig, path, dpi=120)
 
 
 def main(argv: Optional[Sequence[str]] = None) -> Dict:
@@ -270,16 +236,16 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict:
     from tqdm import tqdm
 
     from nalaformer.kernels.nala_triton import interpreting  # importing nalaformer registers the kernels
-    name, peak = peak_bandwidth(torch.device(args.device))
+    device = torch.device(args.device)
+    name, peak = device_name(device), peak_bandwidth(device)
     jobs = [(shape, method, mode) for shape in args.shapes for method in args.methods for mode in MODES]
     rows = [measure(args, method, shape, mode, peak)
             for shape, method, mode in tqdm(jobs, desc='benchmark', unit='run')]
     results = dict(device=name, dtype=args.dtype, peak_bandwidth_gbs=peak, triton_interpreter=interpreting(),
                    warmup=args.warmup, repeats=args.repeats, rows=rows)
     if args.check:
-        results['checks'] = [check_errors(args, shape) for shape in tqdm(args.shapes, desc='check', unit='shape')]
-    args.out_dir.mkdir(parents=True, exist_ok=True)
-    (args.out_dir / 'benchmark_kernels.json').write_text(json.dumps(results, indent=2))
+        results['checks'] = [checked(args, shape) for shape in tqdm(args.shapes, desc='check', unit='shape')]
+    write_json(args.out_dir / 'benchmark_kernels.json', results)
     plot(results, args.out_dir / 'benchmark_kernels.png')
     print(f'{name} {args.dtype}, median of {args.repeats} after {args.warmup} warm-up runs')
     print(summary(results))
@@ -287,4 +253,4 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict:
 
 
 if __name__ == '__main__':
-    main()
+    sys.exit(run_tool(main))

@@ -19,7 +19,10 @@ of width ``--dim`` on a (1, dim, H, W) map with H * W = ``--tokens``, forward un
     sdpa          the same block with the ``softmax`` kernel (``F.scaled_dot_product_attention``, fused)
     softmax       the same block with the ``softmax_explicit`` kernel (the N x N matrix stored)
 A method whose working set would not fit in the available memory (the explicit N x N matrix) is
-skipped and reported with the reason instead of being run.
+skipped (status 'skipped', with the reason) instead of being run.
+
+A method that fails stops the benchmark with its error; with ``--keep-going`` its row records the error (status
+'error') and the others go on.
 
 Examples::
 
@@ -28,35 +31,33 @@ Examples::
         --out-json docs/nala_block_vs_softmax_cpu.json
 """
 import argparse
-import gc
-import importlib.util
-import json
-import os
-import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, List, Optional, Sequence
 
 import torch
 
-from nalaformer.analysis.cli import run_cli
-from nalaformer.analysis.measure import (
-    device_name, format_optional, peak_rss_mb, reset_peak_rss, rss_mb, summarize, timed,
+from nalaformer.analysis.grids import token_grid
+from nalaformer.analysis.machine import device_name, load_average
+from nalaformer.analysis.memory import (
+    add_memory_worker_arg, answer_memory_worker, available_memory_mb, malloc_setting, memory_env, run_memory_worker,
+    tune_malloc, worker_memory,
 )
+from nalaformer.analysis.results import (
+    Failure, add_keep_going_arg, add_ratios, attempt, format_optional, outputs_line, write_json,
+)
+from nalaformer.analysis.steps import ModelStep, backend_context
+from nalaformer.analysis.timing import summarize, time_steps
+from nalaformer.errors import ConfigError, run_tool
 from nalaformer.models import NaLaAttention
-from nalaformer.ops import nala_fast
-from nalaformer.ops.nala import (
-    linear_attention, nala_cos_feature_maps, nala_feature_maps, rope_angles, rope_table,
-)
-
-_spec = importlib.util.spec_from_file_location('benchmark_tool', Path(__file__).with_name('benchmark.py'))
-bench = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(bench)
+from nalaformer.ops import linear_attention, nala_cos_feature_maps, nala_feature_maps, rope_angles, rope_table
+from nalaformer.ops.nala_fast import nala_attention, nala_cos_attention
 
 OP_METHODS = ('reference', 'fast')
 BLOCK_METHODS = ('nala', 'nala_reference', 'sdpa', 'softmax')
 MODES = ('forward', 'forward_backward')
+CPU = torch.device('cpu')
 
 
 def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
@@ -79,14 +80,15 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     parser.add_argument('--no-memory', action='store_true')
     parser.add_argument('--memory-mmap-threshold', type=int, default=None, metavar='BYTES',
                         help='as in tools/analysis/benchmark.py (default: glibc defaults)')
+    add_keep_going_arg(parser)
     parser.add_argument('--out-json', type=Path, default=Path('benchmark_nala_op.json'))
-    parser.add_argument('--memory-worker', default=None, help=argparse.SUPPRESS)
+    add_memory_worker_arg(parser)
     args = parser.parse_args(argv)
     known = OP_METHODS if args.what == 'op' else BLOCK_METHODS
     args.methods = args.methods or list(known)
     unknown = [m for m in args.methods if m not in known]
     if unknown:
-        raise ValueError(f'--methods {unknown} are not methods of --what {args.what}: choose from {list(known)}')
+        raise ConfigError(f'--methods {unknown} are not methods of --what {args.what}: choose from {list(known)}')
     return args
 
 
@@ -103,12 +105,13 @@ def op_inputs(args: argparse.Namespace, side: int):
 
 
 def op_function(method: str, args: argparse.Namespace) -> Callable:
-    alpha = None if args.kind == 'nala' else args.alpha
     if method == 'fast':
-        return lambda q, k, v, rope: nala_fast._forward_op(q, k, v, rope, alpha)[0]
+        if args.kind == 'nala':
+            return nala_attention
+        return lambda q, k, v, rope: nala_cos_attention(q, k, v, rope, args.alpha)
 
     def reference(q, k, v, rope):
-        features = nala_feature_maps(q, k) if alpha is None else nala_cos_feature_maps(q, k, alpha)
+        features = nala_feature_maps(q, k) if args.kind == 'nala' else nala_cos_feature_maps(q, k, args.alpha)
         return linear_attention(*features, v, rope)
     return reference
 
@@ -131,49 +134,26 @@ def op_step(method: str, args: argparse.Namespace, side: int, mode: str) -> Call
 # ----------------------------------------------------------------------------------------------
 # One attention block
 # ----------------------------------------------------------------------------------------------
-def grid_of(tokens: int) -> Tuple[int, int]:
-    """(H, W) with H * W = tokens and H as close to sqrt(tokens) as divides it."""
-    h = int(tokens ** 0.5)
-    while tokens % h:
-        h -= 1
-    return h, tokens // h
-
-
-def block_model(method: str, args: argparse.Namespace) -> torch.nn.Module:
+def block_step(method: str, args: argparse.Namespace, tokens: int) -> ModelStep:
+    """The block of ``method`` on a (1, dim, H, W) map of ``tokens`` tokens, forward under inference_mode."""
     torch.manual_seed(0)
     attn_type = {'sdpa': 'softmax', 'softmax': 'softmax_explicit'}.get(method, 'nala')
-    return NaLaAttention(args.dim, args.heads, attn_type=attn_type).eval()
-
-
-def block_step(method: str, args: argparse.Namespace, tokens: int, mode: str = 'forward') -> Callable[[], None]:
-    block = block_model(method, args)
-    x = torch.randn(1, args.dim, *grid_of(tokens), generator=torch.Generator().manual_seed(0))
-    ops = bench.backend_context('reference' if method == 'nala_reference' else None)
-
-    def step():
-        with torch.inference_mode(), ops():
-            block(x)
-    return step
+    block = NaLaAttention(args.dim, args.heads, attn_type=attn_type)
+    x = torch.randn(1, args.dim, *token_grid(tokens), generator=torch.Generator().manual_seed(0))
+    return ModelStep(block, x, 'infer', CPU, context=backend_context('reference' if method == 'nala_reference'
+                                                                        else None))
 
 
 def block_skip_reason(method: str, args: argparse.Namespace, tokens: int) -> Optional[str]:
     """Why the explicit softmax cannot run here: its scores and their softmax (2 N x N x heads floats)."""
     if method != 'softmax':
         return None
-    need = 2 * tokens * tokens * args.heads * 4
-    available = _available_bytes()
+    need = 2 * tokens * tokens * args.heads * 4 / 2 ** 20
+    available = available_memory_mb()
     if available is not None and need > 0.8 * available:
-        return (f'skipped: the explicit N x N softmax needs ~{need / 2 ** 30:.1f} GiB, '
-                f'{available / 2 ** 30:.1f} GiB available')
+        return (f'skipped: the explicit N x N softmax needs ~{need / 1024:.1f} GiB, '
+                f'{available / 1024:.1f} GiB available')
     return None
-
-
-def _available_bytes() -> Optional[int]:
-    try:
-        with open('/proc/meminfo') as f:
-            return next(int(line.split()[1]) * 1024 for line in f if line.startswith('MemAvailable'))
-    except (OSError, StopIteration):
-        return None
 
 
 # ----------------------------------------------------------------------------------------------
@@ -185,102 +165,68 @@ def make(job: Dict, args: argparse.Namespace) -> Callable[[], None]:
     return block_step(job['method'], args, job['size'])
 
 
-def memory_worker(payload: str) -> Dict:
+def memory_worker(job: Dict) -> Dict:
     """In a fresh process: what two calls add to the RSS after the inputs are built (MiB)."""
-    job = json.loads(payload)
     args = parse_args(job['argv'])
     torch.set_num_threads(args.threads)
-    try:
+
+    def build():
         make({**job, 'size': 4 if args.what == 'op' else 16}, args)()  # libraries' one-off set-up, not counted
-        step = make(job, args)
-        gc.collect()
-        built = rss_mb() if reset_peak_rss() else None
-        for _ in range(2):
-            step()
-    except Exception as e:  # reported, not fatal
-        return dict(error=f'{type(e).__name__}: {e}'[:300])
-    return dict(extra_mb=None if built is None else peak_rss_mb() - built)
+        return make(job, args)
+    return dict(extra_mb=worker_memory(build, CPU, warmup=0)['extra_mb'])
 
 
 def measure_memory(job: Dict, argv: Sequence[str], mmap_threshold: Optional[int]) -> Dict:
-    payload = json.dumps({**job, 'argv': list(argv)})
-    env = bench.memory_env(mmap_threshold)
-    proc = subprocess.run([sys.executable, __file__, '--memory-worker', payload], capture_output=True, text=True,
-                          env=env)
-    lines = proc.stdout.strip().splitlines()
-    if proc.returncode or not lines:
-        return dict(error=f'memory worker failed (exit {proc.returncode}): {proc.stderr.strip()[-300:]}')
-    return json.loads(lines[-1])
+    return run_memory_worker(Path(__file__), {**job, 'argv': list(argv)}, memory_env(mmap_threshold))
 
 
 def run(args: argparse.Namespace, argv: Sequence[str]) -> Dict:
     torch.set_num_threads(args.threads)
-    malloc_tuned = bench.tune_malloc()
+    malloc_tuned = tune_malloc()
     sizes = args.sides if args.what == 'op' else args.tokens
     modes = args.modes if args.what == 'op' else ['forward']
-    meta = dict(what=args.what, argv=list(argv), device='cpu', device_name=device_name(torch.device('cpu')),
+    meta = dict(what=args.what, argv=list(argv), device='cpu', device_name=device_name(CPU),
                 threads=torch.get_num_threads(), torch=torch.__version__, warmup=args.warmup, repeats=args.repeats,
-                malloc_timing='mallopt M_MMAP_MAX=0, M_TRIM_THRESHOLD=-1' if malloc_tuned else 'glibc defaults',
+                malloc_timing=malloc_setting(malloc_tuned),
                 memory='VmHWM (reset after building the inputs) - VmRSS then, fresh process, ' +
                 ('glibc defaults' if args.memory_mmap_threshold is None else
                  f'MALLOC_MMAP_THRESHOLD_={args.memory_mmap_threshold}'),
-                started=time.strftime('%Y-%m-%d %H:%M:%S'), load_at_start=[round(v, 2) for v in os.getloadavg()])
+                started=time.strftime('%Y-%m-%d %H:%M:%S'), load_at_start=load_average())
     if args.what == 'op':
         meta.update(kind=args.kind, batch=args.batch, heads=args.heads, head_dim=args.head_dim)
     else:
-        meta.update(dim=args.dim, heads=args.heads, grids={t: grid_of(t) for t in sizes})
+        meta.update(dim=args.dim, heads=args.heads, grids={t: token_grid(t) for t in sizes})
     results: List[Dict] = []
     for size in sizes:
         for mode in modes:
-            steps, rows = {}, {}
+            skipped = {m: block_skip_reason(m, args, size) for m in args.methods} if args.what == 'block' else {}
+            builders = {m: (lambda m=m: make(dict(method=m, size=size, mode=mode), args))
+                        for m in args.methods if not skipped.get(m)}
+            timing = time_steps(builders, CPU, args.warmup, args.repeats, args.keep_going, f'{size} {mode}')
             for method in args.methods:
                 row = dict(method=method, size=size, mode=mode)
-                reason = block_skip_reason(method, args, size) if args.what == 'block' else None
-                if reason is None:
-                    try:
-                        step = make(dict(method=method, size=size, mode=mode), args)
-                        for _ in range(args.warmup):
-                            step()
-                        steps[method] = step
-                    except Exception as e:  # reported, not fatal
-                        reason = f'{type(e).__name__}: {e}'[:300]
-                if reason is not None:
-                    row.update(status='n/a', reason=reason, median_ms=None)
-                rows[method] = row
-            samples = {m: [] for m in steps}
-            with bench.Contention() as contention:
-                for _ in range(args.repeats):
-                    for method, step in steps.items():
-                        samples[method].append(timed(step, torch.device('cpu')))
-            steps.clear()
-            gc.collect()
-            for method in args.methods:
-                row = rows[method]
-                if method in samples:
-                    row.update(status='ok', **summarize(samples[method], 1))
-                    row.pop('throughput')
-                row.update(contention.as_dict())
+                if skipped.get(method):
+                    row.update(status='skipped', reason=skipped[method], median_ms=None)
+                elif method in timing.failures:
+                    row.update(timing.failures[method].as_row(), median_ms=None)
+                else:
+                    row.update(status='ok', **summarize(timing.samples[method]))
+                row.update(timing.contention)
                 results.append(row)
-            if contention.other_busy_cores is not None and contention.other_busy_cores > bench.CONTENTION_CORES:
-                print(f'warning: other processes kept {contention.other_busy_cores:.2f} cores busy while timing '
-                      f'{size} {mode}', file=sys.stderr)
     if not args.no_memory:
         for row in results:
             if row['status'] == 'ok':
-                memory = measure_memory(dict(method=row['method'], size=row['size'], mode=row['mode']), argv,
-                                        args.memory_mmap_threshold)
-                row['extra_mb'] = memory.get('extra_mb')
-                if 'error' in memory:
-                    row['memory_error'] = memory['error']
+                job = dict(method=row['method'], size=row['size'], mode=row['mode'])
+                memory = attempt(lambda: measure_memory(job, argv, args.memory_mmap_threshold), args.keep_going,
+                                 f"memory of {row['method']} at {row['size']} {row['mode']}")
+                if isinstance(memory, Failure):
+                    row.update(extra_mb=None, memory_error=f'{memory.status}: {memory.error}')
+                else:
+                    row['extra_mb'] = memory['extra_mb']
     first = args.methods[0]
-    for row in results:
-        base = next((r for r in results if r['method'] == first and r['size'] == row['size']
-                     and r['mode'] == row['mode']), None)
-        for key, value in (('latency_ratio', 'median_ms'), ('memory_ratio', 'extra_mb')):
-            ok = base is not None and row.get(value) is not None and base.get(value)
-            row[key] = row[value] / base[value] if ok else None
-    meta.update(finished=time.strftime('%Y-%m-%d %H:%M:%S'), load_at_end=[round(v, 2) for v in os.getloadavg()],
-                baseline=first)
+    add_ratios(results, lambda r: r['method'] == first, lambda r: (r['size'], r['mode']),
+               dict(latency_ratio='median_ms', memory_ratio='extra_mb'))
+    meta.update(finished=time.strftime('%Y-%m-%d %H:%M:%S'), load_at_end=load_average(), baseline=first)
     return dict(meta=meta, results=results)
 
 
@@ -291,7 +237,8 @@ def markdown_table(report: Dict) -> str:
              f"extra MB | x memory |", '|---|---|---|---|---|---|---|---|']
     for r in report['results']:
         if r['median_ms'] is None:
-            lines.append(f"| {r['method']} | {r['size']} | {r['mode']} | {r['reason']} | | | | |")
+            why = r['reason'] if r['status'] == 'skipped' else f"{r['status']}: {r['error']}"
+            lines.append(f"| {r['method']} | {r['size']} | {r['mode']} | {why} | | | | |")
             continue
         lines.append(f"| {r['method']} | {r['size']} | {r['mode']} | {r['median_ms']:.1f} ({r['q1_ms']:.1f}-"
                      f"{r['q3_ms']:.1f}) | {r['min_ms']:.1f} | {fmt(r['latency_ratio'], '.2f')} | "
@@ -303,17 +250,15 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     args = parse_args(argv)
     if args.memory_worker:
-        print(json.dumps(memory_worker(args.memory_worker)))
-        return 0
-    report = run(args, [a for a in argv])
-    args.out_json.parent.mkdir(parents=True, exist_ok=True)
-    args.out_json.write_text(json.dumps(report, indent=2) + '\n')
+        return answer_memory_worker(memory_worker, args.memory_worker)
+    report = run(args, argv)
+    write_json(args.out_json, report)
     print(markdown_table(report))
     others = [r['other_busy_cores'] for r in report['results'] if r.get('other_busy_cores') is not None]
-    print(f"load {report['meta']['load_at_start']} -> {report['meta']['load_at_end']}; other processes busy: "
-          f"up to {max(others) if others else float('nan'):.2f} cores; wrote {args.out_json}")
+    print(f"other processes busy: up to {max(others) if others else float('nan'):.2f} cores; "
+          + outputs_line(report['meta'], args.out_json))
     return 0
 
 
 if __name__ == '__main__':
-    sys.exit(run_cli(main))
+    sys.exit(run_tool(main))

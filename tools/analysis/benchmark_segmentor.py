@@ -16,10 +16,6 @@ mmsegmentation must be installed; mmcv without compiled ops (mmcv-lite) is enoug
     python tools/analysis/benchmark_segmentor.py --device cpu --size 64 --warmup 1 --repeats 2
 """
 import argparse
-import contextlib
-import importlib.util
-import json
-import math
 import sys
 import time
 from pathlib import Path
@@ -27,15 +23,15 @@ from typing import Dict, Optional, Sequence
 
 import torch
 
-from nalaformer.analysis.cli import run_cli
-from nalaformer.analysis.models import parse_size
-from nalaformer.analysis.measure import device_name, format_optional, summarize, synchronize, timed
+from nalaformer.analysis.grids import parse_size
+from nalaformer.analysis.machine import device_name
+from nalaformer.analysis.memory import MIB
+from nalaformer.analysis.results import format_optional, write_json
+from nalaformer.analysis.steps import AMP_DTYPES, backend_context, loss_summary
+from nalaformer.analysis.timing import summarize, synchronize, time_repeats
+from nalaformer.errors import ConfigError, UserError, run_tool
 from nalaformer.mmcv_build import allow_mmcv_lite
-from nalaformer.ops import BACKENDS, nala_backend, use_nala_backend
-
-_spec = importlib.util.spec_from_file_location('benchmark_tool', Path(__file__).with_name('benchmark.py'))
-bench = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(bench)
+from nalaformer.ops import BACKENDS, nala_backend
 
 ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_CONFIG = ROOT / 'configs' / 'ade20k' / 'upernet_nalaformer-t_8xb2-160k_ade20k-512x512.py'
@@ -46,7 +42,7 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     parser.add_argument('--config', type=Path, default=DEFAULT_CONFIG, help='segmentation config (mmseg scope)')
     parser.add_argument('--size', default='512', help='input size: 512 or HxW (the crop the model pads to)')
     parser.add_argument('--batch', type=int, default=None, help="images per iteration (default: the config's)")
-    parser.add_argument('--amp', choices=tuple(bench.AMP_DTYPES), default='none')
+    parser.add_argument('--amp', choices=tuple(AMP_DTYPES), default='none')
     parser.add_argument('--backend', choices=BACKENDS, default=None, help='NaLa backend (default: the current one)')
     parser.add_argument('--device', default='cuda' if torch.cuda.is_available() else 'cpu', choices=('cpu', 'cuda'))
     parser.add_argument('--warmup', type=int, default=2, help='untimed iterations')
@@ -63,7 +59,7 @@ def import_mmseg() -> bool:
         import nalaformer.dense  # noqa: F401  (NaLaBackbone in mmseg's registry)
         import nalaformer.engine  # noqa: F401  (CPUAmpOptimWrapper)
     except ImportError as e:
-        raise ValueError(f'this tool needs mmsegmentation, mmengine and mmcv (mmcv-lite is enough): {e}') from None
+        raise UserError(f'this tool needs mmsegmentation, mmengine and mmcv (mmcv-lite is enough): {e}') from None
     from mmengine.logging import MMLogger
     MMLogger.get_instance('benchmark_segmentor', log_level='WARNING')  # not mmengine's per-parameter INFO lines
     register_all_modules(init_default_scope=False)
@@ -79,10 +75,10 @@ def build(args: argparse.Namespace, size, device: torch.device):
     from nalaformer.engine.launch import apply_amp, load_config
     cfg = load_config(str(args.config))
     if 'decode_head' not in cfg.model:
-        raise ValueError(f'{args.config}: not a segmentation config (its model has no decode_head)')
+        raise ConfigError(f'{args.config}: not a segmentation config (its model has no decode_head)')
     cfg.model.backbone.init_cfg = None
     cfg.model.data_preprocessor.size = size
-    dtype = bench.AMP_DTYPES[args.amp]
+    dtype = AMP_DTYPES[args.amp]
     if dtype is not None:
         apply_amp(cfg, str(dtype).removeprefix('torch.'), device.type)  # 'bfloat16' / 'float16'
     torch.manual_seed(0)
@@ -109,9 +105,9 @@ def random_batch(batch: int, size, num_classes: int) -> Dict:
 def run(args: argparse.Namespace) -> Dict:
     device = torch.device(args.device)
     if device.type == 'cuda' and not torch.cuda.is_available():
-        raise ValueError('--device cuda: no CUDA device is available')
+        raise ConfigError('--device cuda: no CUDA device is available')
     if args.repeats < 1 or args.warmup < 0 or (args.batch is not None and args.batch < 1):
-        raise ValueError('--repeats and --batch must be positive, --warmup not negative')
+        raise ConfigError('--repeats and --batch must be positive, --warmup not negative')
     size = parse_size(args.size)
     lite = import_mmseg()
     model, optim_wrapper, cfg = build(args, size, device)
@@ -122,17 +118,14 @@ def run(args: argparse.Namespace) -> Dict:
     def step():
         losses.append(model.train_step(data, optim_wrapper)['loss'].detach())
 
-    samples = []
-    with use_nala_backend(args.backend) if args.backend else contextlib.nullcontext():
+    with backend_context(args.backend)():
         backend = nala_backend()
         for _ in range(args.warmup):
             step()
         if device.type == 'cuda':
             synchronize(device)
             torch.cuda.reset_peak_memory_stats(device)
-        for _ in range(args.repeats):
-            samples.append(timed(step, device))
-    values = [float(loss) for loss in losses]
+        samples = time_repeats(step, device, warmup=0, repeats=args.repeats)
     import mmcv
     import mmseg
     meta = dict(config=str(args.config), size=list(size), batch=batch, amp=args.amp, device=device.type,
@@ -143,16 +136,15 @@ def run(args: argparse.Namespace) -> Dict:
                 memory='torch.cuda.max_memory_allocated over the timed iterations' if device.type == 'cuda' else
                 'not measured on CPU')
     result = dict(status='ok', **summarize(samples, batch),
-                  peak_mb=torch.cuda.max_memory_allocated(device) / 2 ** 20 if device.type == 'cuda' else None,
-                  losses=values, final_loss=values[-1], losses_finite=all(math.isfinite(v) for v in values))
+                  peak_mb=torch.cuda.max_memory_allocated(device) / MIB if device.type == 'cuda' else None,
+                  losses=[float(loss) for loss in losses], **loss_summary(losses))
     return dict(meta=meta, result=result)
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     args = parse_args(argv)
     report = run(args)
-    args.out_json.parent.mkdir(parents=True, exist_ok=True)
-    args.out_json.write_text(json.dumps(report, indent=2) + '\n')
+    write_json(args.out_json, report)
     meta, r = report['meta'], report['result']
     print(f"{Path(meta['config']).name} {meta['size'][0]}x{meta['size'][1]} batch {meta['batch']}, amp {meta['amp']}, "
           f"{meta['device_name']}, NaLa backend {meta['nala_backend']}, mmcv ops {meta['mmcv_ops']}: "
@@ -163,4 +155,4 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
 
 if __name__ == '__main__':
-    sys.exit(run_cli(main))
+    sys.exit(run_tool(main))

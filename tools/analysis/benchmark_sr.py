@@ -17,6 +17,10 @@ Adam step). For every run:
 * time: median of ``--repeats`` rounds after ``--warmup`` in one process, the slots of a size and mode
   alternating (A B C D A B C D ...), with the load of other processes recorded (runs that fit only).
 
+A run that runs out of memory is recorded ('out of memory'; 'not timed: ...' when that happens while timing); one
+that fails otherwise stops the benchmark with its error, or with ``--keep-going`` records it ('memory not measured:
+...', 'not timed: ...') and the others go on.
+
 Ratios to ``nala`` at each size and mode, memory (peak_mb: measured when both runs have a measurement, else
 accounted for both; the source is named) and time, are printed next to the paper's. Writes ``benchmark_sr.json``
 and ``benchmark_sr.png`` to ``--out-dir``. Examples::
@@ -26,10 +30,7 @@ and ``benchmark_sr.png`` to ``--out-dir``. Examples::
     python tools/analysis/benchmark_sr.py --tiny --out-dir /tmp/sr_smoke                   # seconds
 """
 import argparse
-import gc
-import json
 import os
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -41,28 +42,31 @@ import torch.nn.functional as F
 from timm.layers import use_fused_attn
 from tqdm import tqdm
 
-from nalaformer.analysis.cli import run_cli
-from nalaformer.analysis.measure import (
-    Contention, device_name, format_optional, iteration_memory_mb, memory_env, peak_rss_mb, summarize, timed,
-    tune_malloc,
+from nalaformer.analysis.grids import parse_size
+from nalaformer.analysis.machine import device_name, load_average
+from nalaformer.analysis.memory import (
+    MIB, add_memory_worker_arg, answer_memory_worker, available_memory_mb, free_memory, malloc_setting, memory_env,
+    run_memory_worker, tune_malloc, worker_memory,
 )
-from nalaformer.analysis.models import ModelSpec, format_error, parse_model_spec, parse_size
+from nalaformer.analysis.models import ModelSpec, create_model, parse_model_spec
+from nalaformer.analysis.results import (
+    OUT_OF_MEMORY, Failure, add_keep_going_arg, attempt, format_optional, outputs_line, save_figure, write_json,
+)
+from nalaformer.analysis.steps import AMP_DTYPES, MODES, ModelStep
 from nalaformer.analysis.tensor_memory import fake_memory
+from nalaformer.analysis.timing import summarize, time_steps
+from nalaformer.errors import ConfigError, run_tool
 from nalaformer.models.nala_sr import WINDOW_ONLY
 
 SLOTS = ('nala', 'softmax', 'softmax_explicit', WINDOW_ONLY)
 BASELINE = 'nala'
-MODES = ('infer', 'train')
 DEFAULT_SIZES = ('128x128', '256x256', '256x288')
 TINY_MODEL = 'nalasr_light(embed_dim=16, depths=(1, 1), num_heads=2, window_size=8)'
 TINY_SIZES = ('24x24', '32x40')
-AMP_DTYPES = {'none': None, 'bf16': torch.bfloat16, 'fp16': torch.float16}
 # The paper's SR figures: peak memory (GB) and latency (ms), softmax SR transformer -> NaLa.
 PAPER = dict(memory_gb=(69.0, 5.3), latency_ms=(195.0, 124.0))
 # Memory workers: glibc maps allocations over this many bytes fresh (and unmaps them when freed).
 MMAP_THRESHOLD = 131072
-# Samples are flagged when other processes kept more than this many cores busy on average.
-CONTENTION_CORES = 0.25
 
 
 def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
@@ -94,17 +98,18 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
                         help='CPU memory workers map allocations over BYTES fresh; 0: glibc defaults (whose '
                              'dynamic threshold keeps freed memory resident: RSS above the live tensors)')
     parser.add_argument('--no-malloc-tuning', action='store_true', help='time with glibc malloc defaults')
+    add_keep_going_arg(parser)
     parser.add_argument('--tiny', action='store_true',
                         help=f'smoke run defaults: {TINY_MODEL} at {TINY_SIZES}, 1 repeat')
     parser.add_argument('--out-dir', type=Path, default=Path('benchmark_sr'))
-    parser.add_argument('--memory-worker', default=None, help=argparse.SUPPRESS)
+    add_memory_worker_arg(parser)
     args = parser.parse_args(argv)
     defaults = (TINY_MODEL, TINY_SIZES, 1) if args.tiny else ('nalasr_light', DEFAULT_SIZES, 3)
     args.model, args.sizes, args.repeats = (given if given is not None else default for given, default in
                                             zip((args.model, args.sizes, args.repeats), defaults))
     if args.batch < 1 or args.repeats < 1 or args.warmup < 0:
-        raise ValueError(f'--batch and --repeats must be positive and --warmup >= 0, got {args.batch}, '
-                         f'{args.repeats}, {args.warmup}')
+        raise ConfigError(f'--batch and --repeats must be positive and --warmup >= 0, got {args.batch}, '
+                          f'{args.repeats}, {args.warmup}')
     return args
 
 
@@ -112,43 +117,22 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
 # One run: a model with one global slot, at one size, in one mode
 # ----------------------------------------------------------------------------------------------
 def make_step(spec: ModelSpec, slot: str, size: Tuple[int, int], mode: str, scale: int, batch: int,
-              device: torch.device, amp: str, fake: bool = False) -> Callable[[], None]:
+              device: torch.device, amp: str, fake: bool = False) -> ModelStep:
     """Build the model with ``attn_types=slot`` and a random LR batch; return one iteration.
 
     Training: L1 loss against a random HR target, Adam (the recipe's lr and betas), fp16 with a GradScaler (not under
     ``fake`` tensors, whose values are unknown: the scaler only rescales in place).
     """
     torch.manual_seed(0)
-    model = timm.create_model(spec.name, **{**spec.kwargs, 'upscale': scale, 'attn_types': slot})
+    model = create_model(spec, upscale=scale, attn_types=slot)
     if not fake:  # fake models are built on the CPU device and cannot move
         model = model.to(device)
     x = torch.rand(batch, 3, *size, device=device)
-    dtype = AMP_DTYPES[amp]
-
-    def autocast():
-        return torch.autocast(device.type, dtype=dtype, enabled=dtype is not None)
-
     if mode == 'infer':
-        model.eval()
-
-        def step():
-            with torch.inference_mode(), autocast():
-                model(x)
-        return step
-
-    model.train()
+        return ModelStep(model, x, mode, device, amp)
     target = torch.rand(batch, 3, scale * size[0], scale * size[1], device=device)
-    optimizer = torch.optim.Adam(model.parameters(), lr=2e-4, betas=(0.9, 0.99))
-    scaler = torch.amp.GradScaler(device.type, enabled=dtype is torch.float16 and not fake)
-
-    def step():
-        optimizer.zero_grad(set_to_none=True)
-        with autocast():
-            loss = F.l1_loss(model(x), target)
-        scaler.scale(loss).backward()
-        scaler.step(optimizer)
-        scaler.update()
-    return step
+    return ModelStep(model, x, mode, device, amp, F.l1_loss, target,
+                     torch.optim.Adam(model.parameters(), lr=2e-4, betas=(0.9, 0.99)), grad_scaling=not fake)
 
 
 def account(spec: ModelSpec, run: Dict, args: argparse.Namespace) -> Dict:
@@ -158,20 +142,13 @@ def account(spec: ModelSpec, run: Dict, args: argparse.Namespace) -> Dict:
     return dict(peak_mb=memory.peak_mb, extra_mb=memory.extra_mb)
 
 
-def memory_worker(payload: str) -> Dict:
-    """In a fresh process: :func:`iteration_memory_mb` of one run (its errors are reported, not raised)."""
-    job = json.loads(payload)
+def memory_worker(job: Dict) -> Dict:
+    """In a fresh process (CPU) or this one (CUDA): :func:`worker_memory` of one run."""
     if job['threads']:
         torch.set_num_threads(job['threads'])
-    baseline = peak_rss_mb()
     device = torch.device(job['device'])
-    try:
-        step = make_step(parse_model_spec(job['model']), job['slot'], tuple(job['size']), job['mode'], job['scale'],
-                         job['batch'], device, job['amp'])
-        gc.collect()
-        return iteration_memory_mb(step, device, baseline)
-    except Exception as e:  # reported as the run's memory error
-        return dict(error=format_error(e))
+    return worker_memory(lambda: make_step(parse_model_spec(job['model']), job['slot'], tuple(job['size']),
+                                           job['mode'], job['scale'], job['batch'], device, job['amp']), device)
 
 
 def measure_memory(run: Dict, args: argparse.Namespace) -> Dict:
@@ -180,44 +157,10 @@ def measure_memory(run: Dict, args: argparse.Namespace) -> Dict:
                scale=args.scale, batch=args.batch, device=args.device, threads=args.threads)
     if args.device == 'cuda':
         try:
-            return memory_worker(json.dumps(job))
+            return memory_worker(job)
         finally:
-            gc.collect()
-            torch.cuda.empty_cache()
-    env = memory_env(args.memory_mmap_threshold or None)
-    proc = subprocess.run([sys.executable, __file__, '--memory-worker', json.dumps(job)], capture_output=True,
-                          text=True, env=env)
-    lines = proc.stdout.strip().splitlines()
-    if proc.returncode or not lines:
-        return dict(error=f'memory worker failed (exit {proc.returncode}): {proc.stderr.strip()[-300:]}')
-    return json.loads(lines[-1])
-
-
-def time_runs(spec: ModelSpec, runs: List[Dict], args: argparse.Namespace, device: torch.device) -> Dict:
-    """Time the runs of one size, mode and amp, alternating; their samples, failures and the contention."""
-    steps, failed = {}, {}
-    for run in runs:
-        try:
-            step = make_step(spec, run['slot'], tuple(run['size']), run['mode'], args.scale, args.batch, device,
-                             run['amp'])
-            for _ in range(args.warmup):
-                step()
-            steps[run['slot']] = step
-        except Exception as e:  # e.g. out of memory: reported for this run
-            failed[run['slot']] = format_error(e)
-            gc.collect()
-            if device.type == 'cuda':
-                torch.cuda.empty_cache()
-    samples = {slot: [] for slot in steps}
-    with Contention() as contention:
-        for _ in range(args.repeats):
-            for slot, step in steps.items():
-                samples[slot].append(timed(step, device))
-    del steps
-    gc.collect()
-    if device.type == 'cuda':
-        torch.cuda.empty_cache()
-    return dict(samples=samples, failed=failed, contention=contention.as_dict())
+            free_memory(torch.device('cuda'))
+    return run_memory_worker(Path(__file__), job, memory_env(args.memory_mmap_threshold or None))
 
 
 # ----------------------------------------------------------------------------------------------
@@ -227,13 +170,11 @@ def memory_budget_mb(args: argparse.Namespace) -> float:
     if args.max_memory_gb is not None:
         return args.max_memory_gb * 1024
     if args.device == 'cuda':
-        return 0.85 * torch.cuda.get_device_properties(0).total_memory / 2 ** 20
-    try:
-        with open('/proc/meminfo') as f:
-            available_kb = next(int(line.split()[1]) for line in f if line.startswith('MemAvailable'))
-    except (OSError, StopIteration):
-        available_kb = os.sysconf('SC_PAGE_SIZE') * os.sysconf('SC_PHYS_PAGES') // 1024
-    return 0.85 * available_kb / 1024
+        return 0.85 * torch.cuda.get_device_properties(0).total_memory / MIB
+    available = available_memory_mb()
+    if available is None:
+        available = os.sysconf('SC_PAGE_SIZE') * os.sysconf('SC_PHYS_PAGES') / MIB
+    return 0.85 * available
 
 
 def memory_ratio(run: Dict, base: Dict) -> Tuple[Optional[float], Optional[str]]:
@@ -270,8 +211,8 @@ def check_accounting(args: argparse.Namespace) -> str:
         return 'all'
     policy = args.account or ('all' if args.device == 'cpu' else 'unmeasured')
     if args.device == 'cpu' and policy != 'all':
-        raise ValueError(f'--account {policy} is for CUDA runs, where a run too large for the GPU fails with an '
-                         f'out-of-memory error; on CPU every run is accounted first so that none exhausts the memory')
+        raise ConfigError(f'--account {policy} is for CUDA runs, where a run too large for the GPU fails with an '
+                          f'out-of-memory error; on CPU every run is accounted first so that none exhausts the memory')
     return policy
 
 
@@ -283,11 +224,11 @@ def add_accounted(spec: ModelSpec, run: Dict, args: argparse.Namespace, budget: 
 
 
 def add_measured(run: Dict, args: argparse.Namespace):
-    memory = measure_memory(run, args)
-    if 'error' in memory:  # not timed either
+    memory = attempt(lambda: measure_memory(run, args), args.keep_going, f"memory of {run_label(run)}")
+    if isinstance(memory, Failure):  # not timed either
         run['fits'] = False
-        out_of_memory = 'out of memory' in memory['error'].lower()
-        run['status'] = 'out of memory' if out_of_memory else f"memory not measured: {memory['error']}"
+        run['status'] = OUT_OF_MEMORY if memory.status == OUT_OF_MEMORY else f'memory not measured: {memory.error}'
+        run['error'] = memory.error
         return
     run['measured'] = memory
     if run.get('accounted') and memory.get('extra_mb') is not None:
@@ -301,17 +242,24 @@ def add_times(spec: ModelSpec, runs: List[Dict], args: argparse.Namespace, devic
         if run['fits']:
             groups.setdefault((run['amp'], run['mode'], tuple(run['size'])), []).append(run)
     for (amp, mode, size), group in tqdm(groups.items(), desc='time'):
-        timing = time_runs(spec, group, args, device)
-        if (timing['contention']['other_busy_cores'] or 0) > CONTENTION_CORES:
-            print(f"warning: other processes kept {timing['contention']['other_busy_cores']:.2f} cores busy while "
-                  f'timing {mode} {size[0]}x{size[1]}', file=sys.stderr)
+        builders = {run['slot']: (lambda run=run: make_step(spec, run['slot'], size, mode, args.scale, args.batch,
+                                                            device, amp)) for run in group}
+        timing = time_steps(builders, device, args.warmup, args.repeats, args.keep_going,
+                            f'{mode} {size[0]}x{size[1]} amp {amp}')
+        timing.steps.clear()
+        free_memory(device)
         for run in group:
-            run['contention'] = timing['contention']
-            if run['slot'] in timing['failed']:
-                run['status'] = f"not timed: {timing['failed'][run['slot']]}"
+            run['contention'] = timing.contention
+            if run['slot'] in timing.failures:
+                failure = timing.failures[run['slot']]
+                run.update(status=f'not timed: {failure.error}', error=failure.error)
             else:
-                run.update(summarize(timing['samples'][run['slot']], args.batch))
+                run.update(summarize(timing.samples[run['slot']], args.batch))
         timed_group()
+
+
+def run_label(run: Dict) -> str:
+    return f"{run['slot']} {run['mode']} {run['size'][0]}x{run['size'][1]} amp {run['amp']}"
 
 
 def run_benchmark(args: argparse.Namespace, save: Callable[[Dict], None] = lambda report: None) -> Dict:
@@ -319,11 +267,12 @@ def run_benchmark(args: argparse.Namespace, save: Callable[[Dict], None] = lambd
     size timed (a run stopped part-way keeps what it measured)."""
     device = torch.device(args.device)
     if device.type == 'cuda' and not torch.cuda.is_available():
-        raise ValueError('--device cuda: no CUDA device is available')
+        raise ConfigError('--device cuda: no CUDA device is available')
     policy = check_accounting(args)
     spec = parse_model_spec(args.model)
     for slot in args.slots:  # an unknown kernel is a user error now, not a failed run later
-        timm.create_model(spec.name, **{**spec.kwargs, 'upscale': args.scale, 'attn_types': slot})
+        with torch.device('meta'):
+            create_model(spec, upscale=args.scale, attn_types=slot)
     sizes = [parse_size(s) for s in args.sizes]
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -338,8 +287,8 @@ def run_benchmark(args: argparse.Namespace, save: Callable[[Dict], None] = lambd
         measured=('torch.cuda.max_memory_allocated' if device.type == 'cuda' else
                   'VmHWM of a fresh process, ' + (f'MALLOC_MMAP_THRESHOLD_={args.memory_mmap_threshold}'
                                                   if args.memory_mmap_threshold else 'glibc malloc defaults')),
-        malloc_timing=('mallopt M_MMAP_MAX=0, M_TRIM_THRESHOLD=-1' if malloc_tuned else 'defaults'),
-        started=time.strftime('%Y-%m-%d %H:%M:%S'), load_at_start=[round(v, 2) for v in os.getloadavg()],
+        malloc_timing=malloc_setting(malloc_tuned),
+        started=time.strftime('%Y-%m-%d %H:%M:%S'), load_at_start=load_average(),
     )
     runs = [dict(slot=slot, mode=mode, size=list(size), tokens=size[0] * size[1], amp=amp, accounted=None,
                  measured=None, fits=True, status='ok')
@@ -347,7 +296,7 @@ def run_benchmark(args: argparse.Namespace, save: Callable[[Dict], None] = lambd
 
     def report(finished: bool = False) -> Dict:
         meta.update(finished=time.strftime('%Y-%m-%d %H:%M:%S') if finished else None,
-                    load_at_end=[round(v, 2) for v in os.getloadavg()])
+                    load_at_end=load_average())
         return dict(meta=meta, runs=runs, ratios=ratios(runs))
 
     if policy == 'all':
@@ -443,36 +392,25 @@ def plot(report: Dict, path: Path):
     paper = paper_ratios()
     fig.suptitle(f"{meta['model']} x{meta['scale']}, batch {meta['batch']}, {meta['device_name']}; paper: memory "
                  f"{paper['memory']:.1f}x, time {paper['time']:.2f}x (softmax / NaLa)", fontsize=9)
-    fig.tight_layout(rect=(0, 0, 1, 0.95))
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save_figure(fig, path, rect=(0, 0, 1, 0.95))
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     args = parse_args(argv)
     if args.memory_worker:
-        print(json.dumps(memory_worker(args.memory_worker)))
-        return 0
-    args.out_dir.mkdir(parents=True, exist_ok=True)
+        return answer_memory_worker(memory_worker, args.memory_worker)
     out = args.out_dir / 'benchmark_sr.json'
-
-    def save(report: Dict):  # atomically: a run stopped while writing keeps the previous report
-        tmp = out.with_suffix('.json.tmp')
-        tmp.write_text(json.dumps(report, indent=2) + '\n')
-        os.replace(tmp, out)
-
-    report = run_benchmark(args, save)
-    save(report)
+    report = run_benchmark(args, lambda report: write_json(out, report))  # a run stopped part-way keeps what it did
+    write_json(out, report)
     plot(report, args.out_dir / 'benchmark_sr.png')
     print(markdown_table(report))
     agreement = [r['measured_over_accounted'] for r in report['runs'] if r.get('measured_over_accounted')]
     if agreement:
         print(f'measured / accounted memory above the warm state: {min(agreement):.3f}-{max(agreement):.3f} '
               f'over {len(agreement)} runs')
-    print(f"load {report['meta']['load_at_start']} -> {report['meta']['load_at_end']}; wrote "
-          f"{args.out_dir / 'benchmark_sr.json'} and {args.out_dir / 'benchmark_sr.png'}")
+    print(outputs_line(report['meta'], out, args.out_dir / 'benchmark_sr.png'))
     return 0
 
 
 if __name__ == '__main__':
-    sys.exit(run_cli(main))
+    sys.exit(run_tool(main))

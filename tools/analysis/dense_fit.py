@@ -30,6 +30,8 @@ import time
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 
+from nalaformer.errors import ConfigError, run_tool
+
 ROOT = Path(__file__).resolve().parents[2]
 CONFIGS = {
     'det': ROOT / 'configs' / 'coco' / 'mask-rcnn_nalaformer-xt_fpn_1x_coco.py',
@@ -257,7 +259,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         for other in results[1:]:
             differing = [k for k, v in settings.items() if k in other and other[k] != v]
             if differing:
-                raise SystemExit(f'--combine: runs differ in {differing}; combine runs of one schedule only')
+                raise ConfigError(f'--combine: runs differ in {differing}; combine runs of one schedule only')
         results = dict(settings, commands=[r['command'] for r in results], runs=[run for r in results for run in r['runs']])
     else:
         from nalaformer.datasets import write_scenes
@@ -265,7 +267,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         for item in args.backbone_options:
             key, sep, value = item.partition('=')
             if not sep:
-                raise SystemExit(f'--backbone-options takes KEY=VALUE, got {item!r}')
+                raise ConfigError(f'--backbone-options takes KEY=VALUE, got {item!r}')
             options[key] = parse_value(value)
         write_scenes(args.work_dir / 'scenes', num_images=args.images, size=args.size)
         runs: List[Dict] = [run_one(args.task, backbone, args, options) for backbone in args.backbones]
@@ -282,4 +284,4 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
 
 if __name__ == '__main__':
-    sys.exit(main())
+    sys.exit(run_tool(main))

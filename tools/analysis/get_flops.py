@@ -24,9 +24,9 @@ from typing import Dict, List, Optional, Sequence
 
 from tqdm import tqdm
 
-from nalaformer.analysis.cli import run_cli
 from nalaformer.analysis.flops import FLOPS_REL_TOLERANCE, TABLE_SPECS, model_flops, variant_rows
 from nalaformer.analysis.models import ModelSpec, parse_model_spec
+from nalaformer.errors import run_tool
 
 # The resolution table: the release hybrid, all-NaLa, softmax everywhere, and timm references.
 SCALING_SPECS = ('nalaformer_t', "nalaformer_t(attn_types='nala')", "nalaformer_t(attn_types='softmax')",
@@ -146,4 +146,4 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
 
 if __name__ == '__main__':
-    sys.exit(run_cli(main))
+    sys.exit(run_tool(main))

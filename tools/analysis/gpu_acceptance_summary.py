@@ -3,8 +3,9 @@
 Reads the step outputs in WORK_DIR (names in ``FILES``; ``steps.tsv``: one line per step, name, exit code,
 seconds used, seconds allowed) and writes ``summary.json`` (figures, targets, checks, steps and every step's
 report) and ``summary.txt`` (the same for a reader) to ``--out-dir``. A target whose step failed, ran out
-of time or did not produce the row it needs is 'not measured', with the reason. Standard library only, so
-that it runs whatever broke before it::
+of time or did not produce the row it needs is 'not measured', with the reason. Standard library only (not
+even nalaformer's measurement toolkit, whose import needs torch and timm), so that it runs whatever broke before
+it::
 
     python3 tools/analysis/gpu_acceptance_summary.py /tmp/gpu_acceptance --out-dir runs/gpu_acceptance
 """
@@ -176,7 +177,7 @@ def training_targets(report: Dict) -> List[Outcome]:
 def finite_check(name: str, report: Dict) -> Outcome:
     """Every timed model of a benchmark.py training report had finite losses only."""
     rows = report['results']
-    bad = [f"{r['model']}: {r.get('reason', 'did not run')}" for r in rows if r['status'] != 'ok']
+    bad = [f"{r['model']}: {r['status']}: {r.get('error')}" for r in rows if r['status'] != 'ok']
     bad += [f"{r['model']}: non-finite loss" for r in rows if r['status'] == 'ok' and not r.get('losses_finite')]
     if not rows:
         return outcome(name, None, 'no models in the report')
@@ -268,9 +269,10 @@ def kernel_lines(report: Dict) -> List[str]:
              f"  {'B x H x N x D':<22}{'mode':<18}{'method':<11}{'ms':>9}{'peak MiB':>10}{'GB/s':>8}{'x bound':>9}"]
     for r in report['rows']:
         shape = f"{r['batch']}x{r['heads']}x{r['tokens']}x{r['head_dim']}"
+        failed = '' if r['status'] == 'ok' else f"  {r['status']}: {r.get('error')}"
         lines.append(f"  {shape:<22}{r['mode']:<18}{r['method']:<11}{_fmt(r.get('ms'), '.3f'):>9}"
                      f"{_fmt(r.get('peak_mib'), '.0f'):>10}{_fmt(r.get('bandwidth_gbs'), '.0f'):>8}"
-                     f"{_fmt(r.get('x_bound'), '.2f'):>9}")
+                     f"{_fmt(r.get('x_bound'), '.2f'):>9}{failed}")
     return lines
 
 
@@ -281,7 +283,7 @@ def training_lines(title: str, report: Dict) -> List[str]:
     for r in report['results']:
         size = f"{r['size'][0]}x{r['size'][1]}"
         if r['status'] != 'ok':
-            lines.append(f"  {r['model']:<24}{size:<9}{r['batch']:>6}  n/a: {r.get('reason')}")
+            lines.append(f"  {r['model']:<24}{size:<9}{r['batch']:>6}  {r['status']}: {r.get('error')}")
             continue
         lines.append(f"  {r['model']:<24}{size:<9}{r['batch']:>6}{r['median_ms']:>9.1f}{r['throughput']:>9.1f}"
                      f"{_fmt(r.get('peak_mb'), '.0f'):>10}{_fmt(r.get('final_loss'), '.4f'):>12}  "

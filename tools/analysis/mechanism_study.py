@@ -49,6 +49,7 @@ from nalaformer.analysis.images import load_images
 from nalaformer.analysis.mechanism import ABLATION_CHAIN, STUDY_KERNELS, compare, measure_stages, summarise, sweep_norms
 from nalaformer.analysis.models import create_model, parse_model_spec
 from nalaformer.datasets import write_brightest_of_four, write_imagefolder
+from nalaformer.errors import ConfigError, run_tool
 
 ROOT = Path(__file__).resolve().parents[2]
 MEASURING = threading.Lock()
@@ -402,7 +403,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             futures = [pool.submit(train_and_report, args, job, i, len(jobs), start) for i, job in enumerate(jobs, 1)]
             runs = [future.result() for future in futures]
     if not runs:
-        raise SystemExit(f'no finished runs under {args.work_dir}')
+        raise ConfigError(f'no finished runs under {args.work_dir}')
     report = collect(args, runs, command)
     files = {suffix: Path(f'{args.out}.{suffix}') for suffix in ('json', 'md', 'png')}
     files['json'].parent.mkdir(parents=True, exist_ok=True)
@@ -415,4 +416,4 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
 
 if __name__ == '__main__':
-    sys.exit(main())
+    sys.exit(run_tool(main))

@@ -18,8 +18,10 @@ from typing import Optional, Sequence
 
 import torch.nn.functional as F
 
-from nalaformer.analysis.cli import add_block_args, block_qk, run_cli
+from nalaformer.analysis.cli import add_block_args, block_qk
 from nalaformer.analysis.entropy import KERNELS, attention_probs, entropy
+from nalaformer.analysis.results import save_figure
+from nalaformer.errors import ConfigError, run_tool
 
 
 def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
@@ -37,7 +39,7 @@ def query_index(query_xy: Sequence[float], grid: Sequence[int]) -> int:
     """Row-major token index of the point (x, y) in [0, 1]^2 on an (H, W) token grid."""
     x, y = query_xy
     if not (0 <= x <= 1 and 0 <= y <= 1):
-        raise ValueError(f'--query takes fractions of width and height in [0, 1], got {x} {y}')
+        raise ConfigError(f'--query takes fractions of width and height in [0, 1], got {x} {y}')
     row, col = min(int(y * grid[0]), grid[0] - 1), min(int(x * grid[1]), grid[1] - 1)
     return row * grid[1] + col
 
@@ -46,7 +48,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     args = parse_args(argv)
     q, k, grid, pixels, _ = block_qk(args)
     if not 0 <= args.head < q.shape[1]:
-        raise ValueError(f'--head {args.head} out of range: stage {args.stage} has {q.shape[1]} heads')
+        raise ConfigError(f'--head {args.head} out of range: stage {args.stage} has {q.shape[1]} heads')
     index = query_index(args.query, grid)
     q, k, image = q[0, args.head], k[0, args.head], pixels[0]  # first image: (N, d), (N, d), (H, W, 3)
 
@@ -71,13 +73,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         ax.axis('off')
     fig.suptitle(f'{args.model} stage {args.stage} block {args.block} head {args.head}, '
                  f"{args.checkpoint or f'random init (seed {args.seed})'}, RoPE off", fontsize=10)
-    fig.tight_layout(rect=(0, 0, 1, 0.92))
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(args.out, dpi=80)
-    plt.close(fig)
+    save_figure(fig, args.out, dpi=80, rect=(0, 0, 1, 0.92))
     print(f'wrote {args.out}')
     return 0
 
 
 if __name__ == '__main__':
-    sys.exit(run_cli(main))
+    sys.exit(run_tool(main))

@@ -1,4 +1,7 @@
 # ImageNet-1K in ImageFolder layout: data/imagenet/{train,val}/<wnid>/*.JPEG
+# Augmentation and sampling as the release (NaLaformer/main.py defaults and datasets.py, DeiT's): RandAugment
+# rand-m9-mstd0.5-inc1, colour jitter 0.4, bicubic, random erasing 0.25 (pixel, 1), repeated augmentation x3;
+# 128 images per GPU (pretrain.sh --batch-size 128 on 8 GPUs).
 dataset_type = 'ImageFolderDataset'
 data_root = 'data/imagenet'
 

@@ -11,3 +11,4 @@ param_scheduler = [
 train_cfg = dict(by_epoch=True, max_epochs=10, val_interval=1)
 val_cfg = dict()
 test_cfg = dict()
+auto_scale_lr = dict(base_batch_size=64, enable=False)  # tools/train.py --auto-scale-lr: lr x total batch / 64

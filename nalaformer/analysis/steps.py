@@ -1,0 +1,77 @@
+"""One iteration of a model, as the benchmarks time and measure it: a forward under inference_mode, or a training
+step (forward, loss, backward, optimizer step), under autocast for an AMP dtype (fp16 training with a GradScaler)
+and on a chosen NaLa backend; the losses of a run and their summary."""
+import contextlib
+import math
+from typing import Callable, ContextManager, Dict, List, Optional, Sequence
+
+import torch
+import torch.nn as nn
+
+from ..ops import use_nala_backend
+
+__all__ = ['AMP_DTYPES', 'MODES', 'ModelStep', 'autocast', 'backend_context', 'loss_summary']
+
+AMP_DTYPES = {'none': None, 'bf16': torch.bfloat16, 'fp16': torch.float16}
+MODES = ('infer', 'train')
+
+
+def autocast(device: torch.device, amp: str) -> ContextManager:
+    """``torch.autocast`` to the dtype of ``amp`` (a key of :data:`AMP_DTYPES`; 'none': disabled)."""
+    dtype = AMP_DTYPES[amp]
+    return torch.autocast(device.type, dtype=dtype, enabled=dtype is not None)
+
+
+def backend_context(backend: Optional[str]) -> Callable[[], ContextManager]:
+    """A fresh context for each iteration: the NaLa backend ``backend`` ('torch', 'fused', 'reference'), or, for
+    None, whichever is current."""
+    if backend is None:
+        return contextlib.nullcontext
+    return lambda: use_nala_backend(backend)
+
+
+class ModelStep:
+    """One iteration of ``model`` on fixed ``inputs``; call it to run one.
+
+    ``mode`` 'infer': a forward under inference_mode (``model`` in eval mode); 'train': forward, ``loss_fn(output,
+    target)``, backward and ``optimizer`` step (``model`` in train mode), with a GradScaler for fp16 unless
+    ``grad_scaling`` is off. Both under :func:`autocast` for ``amp`` and within ``context()`` (e.g. a NaLa backend,
+    :func:`backend_context`). A training step keeps each loss (a 0-dim tensor, read without a device sync) in
+    ``losses``.
+    """
+
+    def __init__(self, model: nn.Module, inputs: torch.Tensor, mode: str, device: torch.device, amp: str = 'none',
+                 loss_fn: Optional[Callable] = None, target: Optional[torch.Tensor] = None,
+                 optimizer: Optional[torch.optim.Optimizer] = None,
+                 context: Callable[[], ContextManager] = contextlib.nullcontext, grad_scaling: bool = True):
+        if mode not in MODES:
+            raise ValueError(f'mode is one of {MODES}, got {mode!r}')
+        if mode == 'train' and (loss_fn is None or target is None or optimizer is None):
+            raise ValueError('a training step needs loss_fn, target and optimizer')
+        self.model = model.train(mode == 'train')
+        self.inputs, self.mode, self.device, self.amp = inputs, mode, device, amp
+        self.loss_fn, self.target, self.optimizer, self.context = loss_fn, target, optimizer, context
+        self.scaler = torch.amp.GradScaler(device.type, enabled=grad_scaling and AMP_DTYPES[amp] is torch.float16)
+        self.losses: List[torch.Tensor] = []
+
+    def __call__(self):
+        if self.mode == 'infer':
+            with torch.inference_mode(), self.context(), autocast(self.device, self.amp):
+                self.model(self.inputs)
+            return
+        self.optimizer.zero_grad(set_to_none=True)
+        with self.context():
+            with autocast(self.device, self.amp):
+                loss = self.loss_fn(self.model(self.inputs), self.target)
+            self.scaler.scale(loss).backward()
+        self.scaler.step(self.optimizer)
+        self.scaler.update()
+        self.losses.append(loss.detach())
+
+
+def loss_summary(losses: Sequence) -> Dict:
+    """The final loss of a run's iterations and whether all of them were finite; empty without losses (inference)."""
+    values = [float(loss) for loss in losses]
+    if not values:
+        return {}
+    return dict(final_loss=values[-1], losses_finite=all(math.isfinite(v) for v in values))

@@ -1,0 +1,113 @@
+"""What the model families share: per-stage arguments, timm default cfgs, building a variant (with
+pretrained weights) and loading a checkpoint into it.
+
+Each family file (:mod:`~nalaformer.models.nalaformer`, :mod:`~nalaformer.models.nala_swin`) keeps
+what is its own: the architecture, its variants' ``MODEL_ARGS``, its state-dict layout
+(``checkpoint_filter_fn``) and its timm entrypoints.
+"""
+import logging
+from typing import Callable, Dict, Mapping, Optional, Sequence, Tuple, Type, Union
+
+import torch
+import torch.nn as nn
+from timm.data import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD
+from timm.models import build_model_with_cfg
+
+from ..checkpoint import Checkpoint, CheckpointError, loading_options, pretrained_kwargs, pretrained_weights
+
+__all__ = ['per_stage', 'per_stage_kernels', 'model_cfg', 'build_model', 'load_pretrained', 'drop_other_classifier']
+
+_logger = logging.getLogger(__name__)
+
+StateDict = Dict[str, torch.Tensor]
+FilterFn = Callable[[StateDict, nn.Module], StateDict]
+
+
+def per_stage(value, num_stages: int, name: str) -> tuple:
+    """``value`` once per stage: a single value (None, a number, a string or a dict) for every stage, or a
+    sequence with one entry per stage (any other length is an error naming ``name``)."""
+    if value is None or isinstance(value, (str, int, float, Mapping)):
+        return (value,) * num_stages
+    value = tuple(value)
+    if len(value) != num_stages:
+        raise ValueError(f'{name} has {len(value)} entries but the model has {num_stages} stages: {list(value)}')
+    return value
+
+
+def per_stage_kernels(attn_types: Union[str, Sequence[str]],
+                      kernel_kwargs: Union[None, Mapping, Sequence[Optional[Mapping]]],
+                      num_stages: int) -> Tuple[Tuple[str, ...], Tuple[Optional[dict], ...]]:
+    """The ``attn_types`` / ``kernel_kwargs`` of every model family, one entry per stage.
+
+    attn_types: one kernel name for every stage, or one per stage. kernel_kwargs: None, one dict for
+    every stage, or one dict (or None) per stage, e.g. ``(dict(alpha=5.), dict(alpha=5.), None, None)``.
+    """
+    attn_types = per_stage(attn_types, num_stages, 'attn_types')
+    kernel_kwargs = per_stage(kernel_kwargs, num_stages, 'kernel_kwargs')
+    return attn_types, tuple(None if kwargs is None else dict(kwargs) for kwargs in kernel_kwargs)
+
+
+def model_cfg(first_conv: str, classifier: str, paper_name: str, **kwargs) -> dict:
+    """timm's default cfg of a model of the paper trained on ImageNet-1k at 224 x 224 (``kwargs`` add keys)."""
+    return {
+        'url': '',
+        'num_classes': 1000, 'input_size': (3, 224, 224), 'pool_size': (7, 7),
+        'crop_pct': 0.875, 'interpolation': 'bicubic', 'fixed_input_size': False,
+        'mean': IMAGENET_DEFAULT_MEAN, 'std': IMAGENET_DEFAULT_STD,
+        'first_conv': first_conv, 'classifier': classifier,
+        'paper_ids': 'arXiv:2506.21137', 'paper_name': paper_name,
+        **kwargs,
+    }
+
+
+def build_model(model_cls: Type[nn.Module], variant: str, pretrained: bool, model_args: Mapping,
+                filter_fn: FilterFn, **kwargs) -> nn.Module:
+    """A family's ``variant`` built by timm's ``build_model_with_cfg`` from its ``model_args`` updated by
+    ``kwargs``, with features at its four stages.
+
+    With ``pretrained``, ``pretrained_ema`` / ``accept_definition_change`` in ``kwargs`` reach the
+    model's ``load_pretrained`` (see :func:`nalaformer.checkpoint.pretrained_kwargs`).
+    """
+    options = {}
+    if pretrained:
+        kwargs, options = pretrained_kwargs(variant, kwargs)
+    with loading_options(**options):
+        return build_model_with_cfg(
+            model_cls, variant, pretrained,
+            pretrained_filter_fn=filter_fn,
+            feature_cfg=dict(out_indices=(0, 1, 2, 3), feature_cls='getter'),
+            **{**model_args, **kwargs},
+        )
+
+
+def load_pretrained(model: nn.Module, checkpoint: Union[str, Checkpoint], filter_fn: FilterFn,
+                    ema: Optional[bool] = None, accept_definition_change: Optional[bool] = None,
+                    strict: bool = True, missing_hint: str = ''):
+    """Load ``checkpoint`` (.pth, .safetensors or a timm folder) into ``model`` through its family's
+    ``filter_fn``; returns ``load_state_dict``'s result.
+
+    The classifier may be missing (the filter leaves out one of another number of classes). Other
+    weights the model has and the checkpoint lacks raise :class:`CheckpointError` (ending in
+    ``missing_hint``), or with ``strict=False`` keep their init, with a warning. Weights the model
+    lacks (stages or head of a model pruned for feature extraction) are ignored, with a log line.
+    """
+    state_dict = filter_fn(pretrained_weights(model, checkpoint, ema, accept_definition_change), model)
+    result = model.load_state_dict(state_dict, strict=False)
+    missing = [k for k in result.missing_keys if not k.startswith('head.')]
+    if missing and strict:
+        raise CheckpointError(f'{checkpoint} lacks weights of this model: {missing[:10]}{missing_hint}')
+    if missing:
+        _logger.warning(f'{checkpoint}: {len(missing)} weights not in the checkpoint keep their init: '
+                        f'{missing[:10]}')
+    if result.unexpected_keys:
+        _logger.info(f'{checkpoint}: ignored weights this model does not have: {result.unexpected_keys[:10]}')
+    return result
+
+
+def drop_other_classifier(state_dict: StateDict, own: StateDict, classifier: str) -> StateDict:
+    """``state_dict`` without the weight and bias of ``classifier`` where the model's (``own``) differ in
+    shape or are absent: another number of classes (fine-tuning) keeps the model's fresh classifier."""
+    for key in (f'{classifier}.weight', f'{classifier}.bias'):
+        if key in state_dict and (key not in own or own[key].shape != state_dict[key].shape):
+            del state_dict[key]
+    return state_dict
