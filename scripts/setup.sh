@@ -42,14 +42,24 @@ if [ ! -f "$TIMM_TESTS/test_models.py" ]; then
     rm -rf "$tmp"
 fi
 
-# Real images for the end-to-end training check (tests/test_real_data.py): Debian's Fashion-MNIST.
-if [ ! -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ]; then
+# Real images for the end-to-end training checks: Debian's Fashion-MNIST (tests/test_real_data.py), the
+# mate-backgrounds nature photographs and opencv-doc's butterfly.png (super-resolution, tests/test_sr_train.py).
+declare -A REAL_DATA=(
+    [dataset-fashion-mnist]=/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz
+    [mate-backgrounds]=/usr/share/backgrounds/mate/nature/Garden.jpg
+    [opencv-doc]=/usr/share/doc/opencv-doc/examples/dnn_superres/butterfly.png
+)
+MISSING=()
+for package in "${!REAL_DATA[@]}"; do
+    [ -f "${REAL_DATA[$package]}" ] || MISSING+=("$package")
+done
+if [ ${#MISSING[@]} -gt 0 ]; then
     if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
-        log "installing dataset-fashion-mnist (Debian)"
-        apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq dataset-fashion-mnist >/dev/null
+        log "installing ${MISSING[*]} (Debian)"
+        apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${MISSING[@]}" >/dev/null
     else
-        log "WARNING: dataset-fashion-mnist is not installed (needs root: apt-get install dataset-fashion-mnist);" \
-            "tests/test_real_data.py will fail without it"
+        log "WARNING: ${MISSING[*]} not installed (needs root: apt-get install ${MISSING[*]});" \
+            "the real-data tests (tests/test_real_data.py, tests/test_sr_train.py) will fail without them"
     fi
 fi
 

@@ -40,6 +40,7 @@ def test_config_builds(path):
         assert _registry_has(DATASETS, scope, loader.dataset.type), loader.dataset.type
         assert _registry_has(DATA_SAMPLERS, scope, loader.sampler.type), loader.sampler.type
         assert loader.batch_size >= 1
-    evaluators = cfg.val_evaluator if isinstance(cfg.val_evaluator, (list, tuple)) else [cfg.val_evaluator]
+    evaluator_cfg = cfg.get('val_evaluator') or cfg.test_evaluator  # configs without validation test only
+    evaluators = evaluator_cfg if isinstance(evaluator_cfg, (list, tuple)) else [evaluator_cfg]
     for evaluator in evaluators:
         assert _registry_has(METRICS, scope, evaluator.type), evaluator.type

@@ -24,6 +24,7 @@ from nalaformer.checkpoint import Checkpoint, CheckpointError, load_checkpoint_i
 from nalaformer.engine.launch import (
     ConfigError, apply_thread_policy, build_runner, check_dataset_files, finalize_config, load_config,
 )
+from nalaformer.engine.sr_metrics import report_lines
 
 
 def parse_args(argv=None):
@@ -57,7 +58,8 @@ def main(argv=None):
         raise ConfigError(f'checkpoint {args.checkpoint} does not exist')
     checkpoint = Checkpoint.read(args.checkpoint)
     classification = cfg.model.get('type') == 'TimmClassifier'
-    if not (checkpoint.is_runner_checkpoint or classification):
+    single_model = classification or cfg.model.get('type') == 'SRModel'  # the model's kwargs sit under model.
+    if not (checkpoint.is_runner_checkpoint or single_model):
         raise ConfigError(f'{args.checkpoint} is not a checkpoint written by tools/train.py; for dense tasks load '
                           f'backbone weights through model.backbone.init_cfg and train/fine-tune first')
     # the weights come from the checkpoint alone: nothing the config would load on its own
@@ -81,9 +83,11 @@ def main(argv=None):
     runner = build_runner(cfg)
     runner.logger.info(threads)
     load_checkpoint_into(runner.model, checkpoint, ema=args.ema, accept_definition_change=args.accept_definition_change,
-                         cfg_prefix='model.' if classification else 'model.backbone.')
+                         cfg_prefix='model.' if single_model else 'model.backbone.')
     metrics = runner.test()
     print({k: round(float(v), 4) if isinstance(v, (float, np.floating)) else v for k, v in metrics.items()})
+    for line in report_lines(metrics):  # super-resolution: one line per test set
+        print(line)
     if args.out_json:
         with open(args.out_json, 'w') as f:
             json.dump({k: float(v) if isinstance(v, (float, np.floating)) else v for k, v in metrics.items()}, f,

@@ -23,7 +23,7 @@ from ..errors import ConfigError
 from ..ops.nala import ATTENTION_KERNELS, build_attention_kernel
 
 __all__ = ['KERNELS', 'attention_probs', 'entropy', 'attention_entropy', 'norm_sweep', 'pearson', 'spearman',
-           'capture_qk']
+           'capture_kernel_qk', 'capture_qk']
 
 # softmax, and the kernels of nalaformer.ops.nala that are one linear attention (they have feature maps).
 KERNELS = ('softmax', *(name for name, kernel in ATTENTION_KERNELS.items() if kernel.feature_maps is not None))
@@ -89,6 +89,21 @@ def spearman(x: torch.Tensor, y: torch.Tensor) -> float:
     return pearson(rank(x[keep]), rank(y[keep]))
 
 
+def capture_kernel_qk(model: nn.Module, kernel: nn.Module, *inputs) -> Tuple[torch.Tensor, torch.Tensor]:
+    """q, k (B, heads, N, d) entering the attention kernel module ``kernel`` (inside ``model``) when
+    ``model(*inputs)`` runs in eval mode without gradients. Works for any model."""
+    captured = {}
+    hook = kernel.register_forward_pre_hook(lambda _, args: captured.update(q=args[0], k=args[1]))
+    try:
+        with torch.no_grad():
+            model.eval()(*inputs)
+    finally:
+        hook.remove()
+    if 'q' not in captured:
+        raise ValueError(f'the attention kernel {type(kernel).__name__} did not run in {type(model).__name__}')
+    return captured['q'], captured['k']
+
+
 def capture_qk(model: nn.Module, images: torch.Tensor, stage: int,
                block: int) -> Tuple[torch.Tensor, torch.Tensor, Tuple[int, int]]:
     """q, k (B, heads, N, d) entering the attention kernel of ``model.layers[stage].blocks[block]``.
@@ -101,14 +116,9 @@ def capture_qk(model: nn.Module, images: torch.Tensor, stage: int,
         raise ConfigError(f'{type(model).__name__} has no attention at layers[{stage}].blocks[{block}] '
                          f'(needs a NaLaFormer-layout model)') from None
     captured = {}
-    hooks = [
-        attn.register_forward_pre_hook(lambda _, args: captured.update(grid=tuple(args[0].shape[-2:]))),
-        attn.kernel.register_forward_pre_hook(lambda _, args: captured.update(q=args[0], k=args[1])),
-    ]
+    hook = attn.register_forward_pre_hook(lambda _, args: captured.update(grid=tuple(args[0].shape[-2:])))
     try:
-        with torch.no_grad():
-            model.eval()(images)
+        q, k = capture_kernel_qk(model, attn.kernel, images)
     finally:
-        for hook in hooks:
-            hook.remove()
-    return captured['q'], captured['k'], captured['grid']
+        hook.remove()
+    return q, k, captured['grid']

@@ -1,7 +1,8 @@
 """The mechanism study's measurements and statistics (``tools/analysis/mechanism_study.py`` drives them).
 
 For a trained NaLaFormer whose stages all use one kernel, :func:`measure_stages` takes, in every stage
-with more than one token, the q, k entering the first block's kernel on a fixed set of images and
+with more than one token, the q, k entering the first block's kernel on a fixed set of images (for a
+NaLa-SR network, :func:`measure_global_slots`: the global attention of each residual group) and
 computes (with :mod:`nalaformer.analysis.entropy`: exact, RoPE off, the kernel's own feature maps):
 
 * ``spearman`` / ``pearson``: correlation between each query's norm |q| and its attention entropy,
@@ -20,9 +21,10 @@ from typing import Dict, Iterable, List, Optional, Sequence
 import torch
 import torch.nn as nn
 
-from .entropy import attention_entropy, capture_qk, norm_sweep, pearson, spearman
+from .entropy import attention_entropy, capture_kernel_qk, capture_qk, norm_sweep, pearson, spearman
 
-__all__ = ['STUDY_KERNELS', 'ABLATION_CHAIN', 'measure_stages', 'summarise', 'compare', 'sweep_norms']
+__all__ = ['STUDY_KERNELS', 'ABLATION_CHAIN', 'measure_qk', 'measure_stages', 'measure_global_slots', 'summarise',
+           'compare', 'sweep_norms']
 
 # The issue's kernels, in the paper's order: softmax, the kernel linear attentions that lose the norm,
 # then the ablation ReLU split + constant power -> + cosine inhibit -> + norm-aware power (NaLa).
@@ -41,6 +43,32 @@ def _finite_or_none(x: float) -> Optional[float]:
 
 
 @torch.no_grad()
+def measure_qk(q: torch.Tensor, k: torch.Tensor, kernel: str, norms: torch.Tensor, sweep_queries: int = 64,
+               chunk: int = 1024) -> Dict:
+    """Norm/entropy statistics of ``kernel`` on trained q, k (B, heads, N, d), N > 1 (see the module doc)."""
+    q, k = q.double(), k.double()
+    n = q.shape[-2]
+    q_norm = torch.linalg.vector_norm(q, dim=-1)
+    h = attention_entropy(kernel, q, k, chunk)
+    finite = h[h.isfinite()]
+    stride = max(1, n // sweep_queries)
+    sweep = norm_sweep(kernel, q[..., ::stride, :], k, norms, chunk).flatten(1)  # (S, queries)
+    mean_sweep = sweep.nanmean(dim=1)
+    deviation = (sweep - sweep[:1]).abs()
+    deviation = deviation[deviation.isfinite()]
+    return dict(
+        spearman=_finite_or_none(spearman(q_norm, h)), pearson=_finite_or_none(pearson(q_norm, h)),
+        undefined_rows=int((~h.isfinite()).sum()),
+        query_norm=dict(min=float(q_norm.min()), median=float(q_norm.median()), max=float(q_norm.max())),
+        entropy=dict(min=float(finite.min()), median=float(finite.median()), max=float(finite.max()))
+        if finite.numel() else None,
+        sweep_mean_entropy=mean_sweep.tolist(),
+        sweep_change=float(mean_sweep[-1] - mean_sweep[0]),
+        sweep_max_abs_change=float(deviation.max()) if deviation.numel() else None,
+    )
+
+
+@torch.no_grad()
 def measure_stages(model: nn.Module, images: torch.Tensor, kernel: str, norms: torch.Tensor,
                    sweep_queries: int = 64, chunk: int = 1024, block: int = 0) -> List[Dict]:
     """Entropy/norm statistics of ``kernel`` on the trained q, k of block ``block`` of every stage.
@@ -50,30 +78,29 @@ def measure_stages(model: nn.Module, images: torch.Tensor, kernel: str, norms: t
     out = []
     for stage in range(len(model.layers)):
         q, k, grid = capture_qk(model, images, stage, block)
-        q, k = q.double(), k.double()
         n = q.shape[-2]
         row = dict(stage=stage, grid=list(grid), tokens=n, heads=q.shape[1], head_dim=q.shape[-1], log_n=math.log(n))
-        if n < 2:
-            out.append(row)
-            continue
-        q_norm = torch.linalg.vector_norm(q, dim=-1)
-        h = attention_entropy(kernel, q, k, chunk)
-        finite = h[h.isfinite()]
-        stride = max(1, n // sweep_queries)
-        sweep = norm_sweep(kernel, q[..., ::stride, :], k, norms, chunk).flatten(1)  # (S, queries)
-        mean_sweep = sweep.nanmean(dim=1)
-        deviation = (sweep - sweep[:1]).abs()
-        deviation = deviation[deviation.isfinite()]
-        row.update(
-            spearman=_finite_or_none(spearman(q_norm, h)), pearson=_finite_or_none(pearson(q_norm, h)),
-            undefined_rows=int((~h.isfinite()).sum()),
-            query_norm=dict(min=float(q_norm.min()), median=float(q_norm.median()), max=float(q_norm.max())),
-            entropy=dict(min=float(finite.min()), median=float(finite.median()), max=float(finite.max()))
-            if finite.numel() else None,
-            sweep_mean_entropy=mean_sweep.tolist(),
-            sweep_change=float(mean_sweep[-1] - mean_sweep[0]),
-            sweep_max_abs_change=float(deviation.max()) if deviation.numel() else None,
-        )
+        if n > 1:
+            row.update(measure_qk(q, k, kernel, norms, sweep_queries, chunk))
+        out.append(row)
+    return out
+
+
+@torch.no_grad()
+def measure_global_slots(model: nn.Module, images: torch.Tensor, kernel: str, norms: torch.Tensor,
+                         sweep_queries: int = 64, chunk: int = 1024) -> List[Dict]:
+    """:func:`measure_qk` of the global attention in the first layer of every residual group of a NaLa-SR
+    network (``nalaformer.models.nala_sr``) on LR images (B, 3, h, w) in [0, 1]: one row per group (``stage``
+    = the group's index), over all tokens of the (window-padded) image."""
+    out = []
+    for group, module in enumerate(model.groups):
+        slot = module.layers[0].global_attn
+        if slot is None:
+            raise ValueError(f'group {group} of the network has no global attention (attn_types "none")')
+        q, k = capture_kernel_qk(model, slot.attn.kernel, images)
+        n = q.shape[-2]
+        row = dict(stage=group, tokens=n, heads=q.shape[1], head_dim=q.shape[-1], log_n=math.log(n))
+        row.update(measure_qk(q, k, kernel, norms, sweep_queries, chunk))
         out.append(row)
     return out
 
@@ -87,10 +114,11 @@ def _mean_std(values: Sequence[float]) -> Dict:
     return dict(mean=float(t.mean()), std=std, n=len(values))
 
 
-def summarise(runs: Iterable[Dict]) -> Dict:
+def summarise(runs: Iterable[Dict], metrics: Sequence[str] = ('top1',)) -> Dict:
     """Mean ± sample std over the seeds of one (kernel, conv mixers) cell.
 
-    ``runs``: per-run results with ``top1`` and ``stages`` (as :func:`measure_stages` returns).
+    ``runs``: per-run results with ``seed``, ``seconds``, each of ``metrics`` and ``stages`` (rows as
+    :func:`measure_stages` returns: a ``stage`` index or any other label, ``tokens``, the statistics).
     """
     runs = list(runs)
     stages = []
@@ -102,8 +130,8 @@ def summarise(runs: Iterable[Dict]) -> Dict:
             curves = torch.tensor([r['stages'][i]['sweep_mean_entropy'] for r in runs], dtype=torch.float64)
             row['sweep_mean_entropy'] = curves.nanmean(dim=0).tolist()
         stages.append(row)
-    return dict(seeds=sorted(r['seed'] for r in runs), top1=_mean_std([r['top1'] for r in runs]),
-                seconds=_mean_std([r['seconds'] for r in runs]), stages=stages)
+    return dict(seeds=sorted(r['seed'] for r in runs), seconds=_mean_std([r['seconds'] for r in runs]),
+                stages=stages, **{metric: _mean_std([r[metric] for r in runs]) for metric in metrics})
 
 
 def compare(a: Dict, b: Dict) -> str:

@@ -1,5 +1,8 @@
-"""Real-pixel datasets built from files that setup installs (Debian's Fashion-MNIST, matplotlib's photograph)."""
+"""Real-pixel datasets built from files that setup installs (Debian's Fashion-MNIST, matplotlib's photograph,
+Debian's mate-backgrounds and opencv-doc photographs, scikit-image's bundled images)."""
 from .fashion_mnist import CLASSES, DEFAULT_SRC, read_fashion_mnist, write_brightest_of_four, write_imagefolder
 from .scenes import write_scenes
+from .super_resolution import write_lr_images, write_photo_datasets, write_photo_test_set, write_photo_training_set
 
-__all__ = ['CLASSES', 'DEFAULT_SRC', 'read_fashion_mnist', 'write_brightest_of_four', 'write_imagefolder', 'write_scenes']
+__all__ = ['CLASSES', 'DEFAULT_SRC', 'read_fashion_mnist', 'write_brightest_of_four', 'write_imagefolder', 'write_scenes',
+           'write_lr_images', 'write_photo_datasets', 'write_photo_test_set', 'write_photo_training_set']

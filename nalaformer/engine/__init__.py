@@ -1,4 +1,4 @@
-"""What mmengine needs for classification with timm models; importing registers it all.
+"""What mmengine needs for classification and super-resolution with timm models; importing registers it all.
 
 Everything else (Runner, optimizers, schedulers, EMA, logging, checkpoint hooks) is
 mmengine's own; data augmentation, Mixup/CutMix and losses are timm's.
@@ -12,3 +12,6 @@ from .preemption import Preempted, PreemptionHook
 from .hooks import DualEMAHook, EpochSeedHook
 from .metrics import Accuracy
 from .optim import CPUAmpOptimWrapper
+from .sr_data import SRBenchmarkDataset, SRPairedDataset
+from .sr_metrics import SRMetric
+from .sr_model import SRModel

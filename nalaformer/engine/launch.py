@@ -11,13 +11,14 @@ from typing import Optional
 import torch
 from mmengine.config import Config
 from mmengine.logging import print_log
-from mmengine.registry import RUNNERS
+from mmengine.registry import DATASETS, RUNNERS
 from mmengine.runner import Runner
 
 from ..errors import ConfigError
 from ..mmcv_build import MmcvOpsError, check_mmcv_ops
 from ..threads import apply_threads
 from .data import LAYOUT as IMAGE_FOLDER_LAYOUT
+from .sr_data import SRDataError
 
 
 def check_cfg_options(cfg: Config, options: dict) -> None:
@@ -92,7 +93,8 @@ def finalize_config(cfg: Config, config_path: str, work_dir: Optional[str], laun
 def check_dataset_files(cfg: Config, splits) -> None:
     """Name the missing path and the layout the config expects when a dataset's files are absent.
 
-    Looks at our ImageFolder datasets (``data_root`` / ``split``), at OpenMMLab-style datasets
+    Looks at our ImageFolder datasets (``data_root`` / ``split``), at our SR datasets (built: every file
+    paired and its size checked before training starts), at OpenMMLab-style datasets
     (``data_root`` + ``ann_file`` + ``data_prefix``, through wrappers such as RepeatDataset) and at
     evaluators' ``ann_file`` (COCO). ``splits``: the dataloaders the run will build, e.g. ('train', 'val').
     """
@@ -108,6 +110,13 @@ def check_dataset_files(cfg: Config, splits) -> None:
                 raise ConfigError(
                     f'dataset folder {folder} does not exist ({split} data). Expected layout: {IMAGE_FOLDER_LAYOUT}. '
                     f'Set {split}_dataloader.dataset.data_root in the config or with --cfg-options.')
+            continue
+        if dataset.get('type') in ('SRPairedDataset', 'SRBenchmarkDataset'):
+            try:
+                DATASETS.build(dataset)
+            except SRDataError as e:
+                raise ConfigError(f'{e} ({split} data; set {split}_dataloader.dataset.data_root in the config or '
+                                  f'with --cfg-options)') from None
             continue
         if 'data_prefix' not in dataset:
             continue

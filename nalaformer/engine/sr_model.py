@@ -1,0 +1,57 @@
+"""mmengine model wrapper around a timm super-resolution network, trained with an L1 loss (BasicSR's SRModel)."""
+from typing import Dict, List, Optional, Union
+
+import timm
+import torch
+from mmengine.model import BaseModel
+from mmengine.registry import MODELS
+
+
+@MODELS.register_module()
+class SRModel(BaseModel):
+    """``timm.create_model(arch, upscale=upscale, **model_kwargs)`` on [0, 1] images, L1 loss.
+
+    Args:
+        arch: timm model name (``'nalasr_light'``); unknown keyword arguments go to the model, which
+            rejects the ones it does not know.
+        upscale: the scale factor (2, 3, 4).
+        tile: evaluate in tiles of ``tile`` x ``tile`` LR pixels overlapping by ``tile_overlap`` (the
+            network's ``forward_tiled``), so that images of any size fit in memory; None: whole images.
+
+    ``forward(inputs, data_samples, mode)``: inputs (B, 3, h, w) uint8 LR images, data_samples
+    ``dict(gt=(B, 3, h * upscale, w * upscale) uint8, name=[...], set=[...])`` (default_collate);
+    'loss' -> dict(loss), 'tensor' -> (B, 3, H, W) float in about [0, 1], 'predict' -> one dict per image
+    with ``pred`` (rounded and clipped to uint8 as images are saved), ``gt``, ``lr`` and the sample's names.
+    """
+
+    def __init__(self, arch: str = 'nalasr_light', upscale: int = 2, tile: Optional[int] = None,
+                 tile_overlap: int = 0, data_preprocessor: Optional[dict] = None, init_cfg: Optional[dict] = None,
+                 **model_kwargs):
+        super().__init__(data_preprocessor=data_preprocessor, init_cfg=init_cfg)
+        if arch not in timm.list_models():
+            close = timm.list_models(f'*{arch.split("_")[0]}*')[:10]
+            raise ValueError(f'unknown timm model {arch!r} (model.arch); similar names: {close}')
+        self.model = timm.create_model(arch, upscale=upscale, **model_kwargs)
+        self.tile, self.tile_overlap = tile, tile_overlap
+        self.criterion = torch.nn.L1Loss()
+
+    def super_resolve(self, lr: torch.Tensor) -> torch.Tensor:
+        """(B, 3, h, w) float [0, 1] -> (B, 3, h * upscale, w * upscale), tiled when configured."""
+        if self.tile is not None and max(lr.shape[-2:]) > self.tile:
+            return self.model.forward_tiled(lr, self.tile, self.tile_overlap)
+        return self.model(lr)
+
+    def forward(self, inputs: torch.Tensor, data_samples: Optional[dict] = None,
+                mode: str = 'tensor') -> Union[Dict[str, torch.Tensor], List[dict], torch.Tensor]:
+        lr = inputs.float() / 255
+        if mode == 'loss':
+            return dict(loss=self.criterion(self.model(lr), data_samples['gt'].float() / 255))
+        sr = self.super_resolve(lr)
+        if mode == 'tensor':
+            return sr
+        if mode == 'predict':
+            pred = (sr.clamp(0, 1) * 255).round().to(torch.uint8).cpu()
+            names = {k: v for k, v in data_samples.items() if k in ('name', 'set')}
+            return [dict(pred=pred[i], gt=data_samples['gt'][i].cpu(), lr=inputs[i].cpu(),
+                         **{k: v[i] for k, v in names.items()}) for i in range(len(pred))]
+        raise ValueError(f"mode must be 'loss', 'predict' or 'tensor', got {mode!r}")
