@@ -11,10 +11,14 @@ default_hooks = dict(
     param_scheduler=dict(type='ParamSchedulerHook'),
     checkpoint=dict(type='CheckpointHook', by_epoch=False, interval=5000, max_keep_ckpts=3),
     sampler_seed=dict(type='DistSamplerSeedHook'),
+    # long runs (nalaformer/engine/): stop a diverging run before it writes bad weights; save and stop on SIGTERM
+    nonfinite=dict(type='NonFiniteGuardHook', max_consecutive=3),
+    preemption=dict(type='PreemptionHook', signals=['SIGTERM']),
 )
 custom_hooks = [dict(type='ResumableCheckpointHook')]  # checkpoints load with torch.load(weights_only=True)
 
 env_cfg = dict(
+    threads=None,  # CPU threads: None = the cores other processes leave free (nalaformer/threads.py)
     cudnn_benchmark=False,  # test images differ in size
     mp_cfg=dict(mp_start_method='fork', opencv_num_threads=0),
     dist_cfg=dict(backend='nccl'),
