@@ -20,7 +20,8 @@ from mmengine.registry import HOOKS, RUNNERS
 from mmengine.runner import CheckpointLoader, Runner
 
 from ..checkpoint import (
-    Checkpoint, CheckpointError, check_recorded_definitions, model_definitions, newest_readable_checkpoint,
+    Checkpoint, CorruptCheckpointError, NotResumableError, check_recorded_definitions, model_definitions,
+    newest_readable_checkpoint,
 )
 
 _HISTORY_BUFFER = '__history_buffer__'
@@ -71,15 +72,31 @@ def load_runner_checkpoint(filename: str, map_location=None) -> dict:
     """mmengine's loader for local files: safe reading; a damaged file names the checkpoint to resume from."""
     try:
         return Checkpoint.read(filename).content
-    except CheckpointError as e:
-        if 'truncated or corrupt' not in str(e):
-            raise
+    except CorruptCheckpointError as e:
         directory = osp.dirname(osp.abspath(filename))
         previous = newest_readable_checkpoint(directory, exclude=[filename])
         advice = (f'the newest readable checkpoint in {directory} is {previous}: resume from it with '
                   f'--resume {previous}' if previous else
                   f'{directory} holds no other readable checkpoint: start again without --resume')
-        raise CheckpointError(f'{e}; {advice}') from e
+        raise CorruptCheckpointError(f'{e}; {advice}') from e
+
+
+def check_resumable(filename: str) -> None:
+    """Raise :class:`NotResumableError` unless ``filename`` holds a training state that mmengine can resume
+    (weights, optimizer, message hub, epoch and iteration: an ``epoch_*.pth`` / ``iter_*.pth`` of tools/train.py)."""
+    content = load_runner_checkpoint(filename)
+    meta = content.get('meta')
+    if not (isinstance(content.get('state_dict'), dict) and isinstance(meta, dict) and 'epoch' in meta):
+        raise NotResumableError(
+            f'{filename} holds weights only, not a training state (optimizer, epoch, iteration), so --resume cannot '
+            f'continue from it. To start a new training from these weights: --cfg-options model.pretrained={filename} '
+            f'(dense tasks: model.backbone.init_cfg.checkpoint={filename}); load_from takes checkpoints written by '
+            f'tools/train.py')
+    if 'optimizer' not in content or 'message_hub' not in content:
+        raise NotResumableError(
+            f'{filename} holds no optimizer state (a best-metric checkpoint?), so --resume cannot continue from it: '
+            f'resume from an epoch_*.pth or iter_*.pth of the run, or start a new training from its weights with '
+            f'--cfg-options load_from={filename}')
 
 
 @RUNNERS.register_module()

@@ -245,6 +245,15 @@ def per_stage_kernels(attn_types: Union[str, Sequence[str]],
     return tuple(names), tuple(kwargs)
 
 
+def positive_float(kernel: str, name: str, value) -> float:
+    """``value`` as a finite float > 0, or a ValueError naming the kernel argument (a NaN or negative
+    power or sharpness would train without an error and compute nonsense)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+        raise ValueError(f'attention kernel {kernel!r}: {name} must be a finite number > 0, got {value!r} '
+                         f'(kernel_kwargs=dict({name}=...))')
+    return float(value)
+
+
 @register_attention_kernel('nala')
 class NaLaKernel(AttentionKernel):
     """Norm-aware linear attention exactly as released.
@@ -286,7 +295,7 @@ class NaLaCosKernel(NaLaKernel):
 
     def __init__(self, alpha: float = 20.0):
         super().__init__()
-        self.alpha = alpha
+        self.alpha = positive_float(self.kernel_name, 'alpha', alpha)
 
     def feature_maps(self, q: torch.Tensor, k: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
         return nala_cos_feature_maps(q, k, self.alpha)
@@ -298,7 +307,7 @@ class ConstPowerKernel(AttentionKernel):
 
     def __init__(self, power: float = LAMBDA):
         super().__init__()
-        self.power = power
+        self.power = positive_float(self.kernel_name, 'power', power)
 
     def feature_maps(self, q: torch.Tensor, k: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
         _, q_dir = norm_and_direction(q)
@@ -314,7 +323,7 @@ class ReLUKernel(AttentionKernel):
 
     def __init__(self, power: float = 1.0):
         super().__init__()
-        self.power = power
+        self.power = positive_float(self.kernel_name, 'power', power)
 
     def feature_maps(self, q: torch.Tensor, k: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
         return F.relu(q).pow(self.power), F.relu(k).pow(self.power)
@@ -340,7 +349,7 @@ class FocusedKernel(AttentionKernel):
 
     def __init__(self, power: float = LAMBDA):
         super().__init__()
-        self.power = power
+        self.power = positive_float(self.kernel_name, 'power', power)
 
     def focus(self, x: torch.Tensor) -> torch.Tensor:
         x = F.relu(x)
@@ -365,7 +374,7 @@ class PolarityKernel(AttentionKernel):
 
     def __init__(self, power: float = LAMBDA):
         super().__init__()
-        self.power = power
+        self.power = positive_float(self.kernel_name, 'power', power)
 
     def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, rope: torch.Tensor) -> torch.Tensor:
         d = q.shape[-1]
