@@ -44,7 +44,7 @@ from .ops.nala import kernel_function
 
 __all__ = [
     'CheckpointError', 'NotACheckpointError', 'CorruptCheckpointError', 'MissingCheckpointError',
-    'NotResumableError', 'DefinitionMismatchError', 'Checkpoint', 'is_timm_folder', 'WEIGHT_KEYS', 'EMA_KEYS', 'read_checkpoint',
+    'NotResumableError', 'DefinitionMismatchError', 'Checkpoint', 'is_timm_folder', 'is_converted_file', 'WEIGHT_KEYS', 'EMA_KEYS', 'read_checkpoint',
     'strip_wrapper_prefixes', 'model_definition', 'model_definitions', 'definition_modules', 'check_definition', 'check_state_dict_fits',
     'check_recorded_definitions', 'load_checkpoint_into', 'describe_architecture', 'name_architecture', 'save_state_dict',
     'save_timm_folder', 'check_conversion_destination', 'convert_checkpoint', 'TIMM_FOLDER_WEIGHTS',
@@ -111,6 +111,23 @@ def is_timm_folder(path: PathLike) -> bool:
         return 'architecture' in json.loads((path / 'config.json').read_text())
     except (json.JSONDecodeError, UnicodeDecodeError, TypeError):
         return False
+
+
+def is_converted_file(path: PathLike) -> bool:
+    """``path`` is a file :func:`save_state_dict` wrote (the converter's output: a ``.safetensors`` with recorded
+    definitions, or a ``.pth`` holding exactly ``{'model', 'meta': {'model_definitions'}}``), so it can be written
+    again; anything else (a run's checkpoint, a user's file) is not."""
+    path = Path(path)
+    try:
+        if path.suffix == '.safetensors':
+            from safetensors import safe_open
+            with safe_open(str(path), framework='pt', device='cpu') as f:
+                return DEFINITIONS_KEY in (f.metadata() or {})
+        content = torch.load(path, map_location='cpu', weights_only=True, mmap=True)
+    except Exception:  # unreadable in any way: not a file written here
+        return False
+    return (isinstance(content, dict) and set(content) == {'model', 'meta'} and isinstance(content['meta'], dict)
+            and set(content['meta']) == {DEFINITIONS_KEY})
 
 
 def _load_folder(path: Path) -> dict:
@@ -714,8 +731,9 @@ def save_timm_folder(state_dict: StateDict, definition: dict, path: PathLike, em
 
 def check_conversion_destination(src: PathLike, dst: PathLike, overwrite: bool = False) -> None:
     """Refuse, before anything is read, a conversion that would destroy files: ``dst`` the source itself or a
-    folder holding it; an existing file (unless ``overwrite``); for a timm folder (no suffix) a folder that
-    holds anything but a timm folder (unless ``overwrite``: it is then replaced, atomically)."""
+    folder holding it; an existing file the converter did not write (:func:`is_converted_file`); for a timm folder
+    (no suffix) a folder that holds anything but a timm folder. ``overwrite`` allows the last two; what is
+    replaced is replaced atomically."""
     src, dst = Path(src), Path(dst)
     if not src.exists():
         raise MissingCheckpointError(f'checkpoint {src} does not exist')
@@ -725,7 +743,8 @@ def check_conversion_destination(src: PathLike, dst: PathLike, overwrite: bool =
         raise DestinationError(f'the destination folder {dst} holds the source {src}: writing there would delete it; '
                                f'give a new folder name, e.g. {dst / "timm_folder"}')
     if dst.suffix:
-        check_file_destination(dst, overwrite, 'destination', 'model.safetensors')
+        check_file_destination(dst, overwrite, 'destination', 'model.safetensors', replaceable=is_converted_file,
+                               kind='a file tools/convert_checkpoint.py wrote')
     else:
         check_folder_destination(dst, overwrite, 'destination (a timm folder: no suffix)', replaceable=is_timm_folder,
                                  kind='a timm model folder')

@@ -11,7 +11,7 @@ import os
 import shutil
 import tempfile
 from pathlib import Path
-from typing import Callable, Iterator, Optional, Union
+from typing import Callable, Iterator, Optional, Sequence, Union
 
 from .errors import DestinationError
 
@@ -76,17 +76,23 @@ def _check_parent(path: Path, option: str) -> None:
 
 
 def check_file_destination(path: PathLike, overwrite: bool = False, option: str = '--out',
-                           example: str = 'output') -> Path:
+                           example: str = 'output', replaceable: Optional[Callable[[Path], bool]] = None,
+                           kind: str = '', inputs: Sequence[Optional[PathLike]] = ()) -> Path:
     """Check, before the work, that a file can be written at ``path`` without destroying anything.
 
-    ``path`` must not be a folder; an existing file is replaced only with ``overwrite``. ``option`` names
-    the argument in messages, ``example`` a file name to suggest inside a folder.
+    ``path`` must not be a folder nor one of the command's ``inputs`` (even with ``overwrite``); an existing
+    file is replaced only when ``replaceable`` says the tool wrote it (``kind`` says what that is) or with
+    ``overwrite``. ``option`` names the argument in messages, ``example`` a file name to suggest inside a folder.
     """
     path = Path(path)
+    source = next((p for p in inputs if p is not None and same_path(p, path)), None)
+    if source is not None:
+        raise DestinationError(f'{option} {path} is also an input of this command; write to another path')
     if path.is_dir():
         raise DestinationError(f'{option} {path} is a folder; give a file name, e.g. {path / example}')
-    if path.exists() and not overwrite:
-        raise DestinationError(f'{option} {path} exists; pass --overwrite to replace it, or choose another path')
+    if path.exists() and not overwrite and not (replaceable and replaceable(path)):
+        ours = f' and is not {kind}' if kind else ''
+        raise DestinationError(f'{option} {path} exists{ours}; pass --overwrite to replace it, or choose another path')
     _check_parent(path, option)
     return path
 

@@ -37,7 +37,8 @@ def parse_args(argv=None):
 
 def main(argv=None):
     args = parse_args(argv)
-    check_file_destination(args.out, args.overwrite, '--out', 'demo_pred.png')
+    check_file_destination(args.out, args.overwrite, '--out', 'demo_pred.png',
+                           inputs=(args.image, args.config, args.checkpoint))
     if not osp.isfile(args.image):
         raise ConfigError(f'image {args.image} does not exist')
     cfg = load_config(args.config)

@@ -42,9 +42,12 @@ def step(title: str, *command) -> None:
         sys.exit(code)
 
 
-def check_work_dir(work: Path) -> None:
+def check_work_dir(work: Path, data: Path) -> None:
     """The quick start writes (and rewrites) only in a work dir of its own: new, empty, or one where its
     training run left the config (tools/train.py copies it there)."""
+    if work == data or work in data.parents or data in work.parents:
+        raise DestinationError(f'--work-dir {work} and --data {data} overlap: the run would write into the dataset '
+                               f'(or the dataset into the run); give them separate folders')
     if work.exists() and not work.is_dir():
         raise DestinationError(f'--work-dir {work} is a file; give a folder')
     entries = sorted(p.name for p in work.iterdir()) if work.is_dir() else []
@@ -70,7 +73,7 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     work, data = args.work_dir.resolve(), args.data.resolve()
     python = sys.executable
-    check_work_dir(work)
+    check_work_dir(work, data)
 
     if not is_prepared(data):
         step('prepare the data', python, ROOT / 'tools' / 'dataset_converters' / 'fashion_mnist_to_imagefolder.py',

@@ -65,7 +65,8 @@ def main(argv=None):
     args = parse_args(argv)
     cfg = finalize_config(load_config(args.config, args.cfg_options), args.config, args.work_dir, args.launcher)
     if args.out_json:
-        check_file_destination(args.out_json, args.overwrite, '--out-json', 'metrics.json')
+        check_file_destination(args.out_json, args.overwrite, '--out-json', 'metrics.json',
+                               inputs=(args.config, args.checkpoint))
     if args.show_dir:
         if 'visualization' not in (cfg.get('default_hooks') or {}):
             raise ConfigError(f'--show-dir: {args.config} draws no predictions (no default_hooks.visualization: '

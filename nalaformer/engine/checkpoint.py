@@ -81,9 +81,10 @@ def load_runner_checkpoint(filename: str, map_location=None) -> dict:
         raise CorruptCheckpointError(f'{e}; {advice}') from e
 
 
-def check_resumable(filename: str) -> None:
+def check_resumable(filename: str) -> dict:
     """Raise :class:`NotResumableError` unless ``filename`` holds a training state that mmengine can resume
-    (weights, optimizer, message hub, epoch and iteration: an ``epoch_*.pth`` / ``iter_*.pth`` of tools/train.py)."""
+    (weights, optimizer, message hub, epoch and iteration: an ``epoch_*.pth`` / ``iter_*.pth`` of tools/train.py);
+    returns its content."""
     content = load_runner_checkpoint(filename)
     meta = content.get('meta')
     if not (isinstance(content.get('state_dict'), dict) and isinstance(meta, dict) and 'epoch' in meta):
@@ -97,6 +98,7 @@ def check_resumable(filename: str) -> None:
             f'{filename} holds no optimizer state (a best-metric checkpoint?), so --resume cannot continue from it: '
             f'resume from an epoch_*.pth or iter_*.pth of the run, or start a new training from its weights with '
             f'--cfg-options load_from={filename}')
+    return content
 
 
 @RUNNERS.register_module()

@@ -119,32 +119,34 @@ def check_model_keywords(cfg: Config) -> None:
     if arch not in timm.list_models():
         return  # the wrapper names unknown models with close names
     kwargs = {k: v for k, v in kwargs.items() if k not in own and k not in ('type', '_scope_')}
+    try:
+        with torch.device('meta'):
+            timm.create_model(arch, **kwargs)
+        return
+    except (TypeError, ValueError) as e:
+        error = e
+    except (RuntimeError, NotImplementedError):
+        return  # something the meta device cannot run: the real build will tell
     with torch.device('meta'):
         model_cls = type(timm.create_model(arch))
-    defaults = inspect.signature(model_cls).parameters
-    for key, value in kwargs.items():  # types against the model's defaults (its arguments are not in the config)
-        default = defaults[key].default if key in defaults else inspect.Parameter.empty
+    parameters = inspect.signature(model_cls).parameters
+    for key, value in kwargs.items():  # values of another type than the model's defaults, named first
+        default = parameters[key].default if key in parameters else inspect.Parameter.empty
         expected = None if default is inspect.Parameter.empty else _expected_type(default, value)
         if expected:
             given = f'the text {value!r}' if isinstance(value, str) else repr(value)
             raise ConfigError(f'{prefix}{key}: expected {expected} ({model_cls.__name__}\'s default is {default!r}), '
                               f'got {given}')
-    try:
-        with torch.device('meta'):
-            timm.create_model(arch, **kwargs)
-    except TypeError as e:
-        bad = re.search(r"unexpected keyword argument '(\w+)'", str(e))
-        if not bad:
-            raise ConfigError(f'{prefix.rstrip(".")} ({arch}) cannot be built with these arguments: {e}') from None
-        known = sorted((set(inspect.signature(model_cls).parameters) | own) - {'self', 'kwargs', 'model_kwargs'})
+    bad = re.search(r"unexpected keyword argument '(\w+)'", str(error))
+    if bad:
+        known = sorted((set(parameters) | own) - {'self', 'kwargs', 'model_kwargs'})
         close = difflib.get_close_matches(bad.group(1), known, n=3, cutoff=0.5)
         hint = f'did you mean {close}?' if close else f'its arguments are {known}'
         raise ConfigError(f"{prefix}{bad.group(1)}: {arch} ({model_cls.__name__}) takes no argument "
                           f"'{bad.group(1)}'; {hint}") from None
-    except ValueError as e:
-        raise ConfigError(f'{prefix.rstrip(".")} ({arch}): {e}') from None
-    except (RuntimeError, NotImplementedError):
-        return  # something the meta device cannot run: the real build will tell
+    if isinstance(error, ValueError):  # a value the model (or one of its attention kernels) rejects
+        raise ConfigError(f'{prefix.rstrip(".")} ({arch}): {error}') from None
+    raise ConfigError(f'{prefix.rstrip(".")} ({arch}) cannot be built with these arguments: {error}') from None
 
 
 def load_config(path: str, cfg_options: Optional[dict] = None) -> Config:
@@ -195,19 +197,25 @@ def finalize_config(cfg: Config, config_path: str, work_dir: Optional[str], laun
     return cfg
 
 
+def meta_model(cfg: Config) -> Optional[torch.nn.Module]:
+    """The timm model a classification config trains, built on the meta device (shapes and definition, no
+    memory); None for other tasks or models timm does not know."""
+    entry = _model_entry(cfg)
+    if entry is None or entry[0] != 'model.' or entry[1] not in timm.list_models():
+        return None
+    _, arch, kwargs, own = entry
+    with torch.device('meta'):
+        return timm.create_model(arch, **{k: v for k, v in kwargs.items() if k not in own and k != 'type'})
+
+
 def model_num_classes(cfg: Config) -> Optional[int]:
     """The number of classes of a classification config's model (its ``num_classes``, else the timm model's
     default, read off a meta-device build); None for other tasks."""
     entry = _model_entry(cfg)
-    if entry is None or entry[0] != 'model.':
-        return None
-    _, arch, kwargs, own = entry
-    if 'num_classes' in kwargs:
-        return kwargs['num_classes']
-    if arch not in timm.list_models():
-        return None
-    with torch.device('meta'):
-        return timm.create_model(arch, **{k: v for k, v in kwargs.items() if k not in own and k != 'type'}).num_classes
+    if entry is not None and 'num_classes' in entry[2]:
+        return entry[2]['num_classes']
+    model = meta_model(cfg)
+    return None if model is None else model.num_classes
 
 
 def _image_folder(cfg: Config, loader: str) -> Optional[dict]:

@@ -14,10 +14,11 @@ from typing import List, Optional
 from mmengine.config import Config
 from mmengine.logging import print_log
 
-from ..checkpoint import MissingCheckpointError
+from ..checkpoint import CheckpointError, MissingCheckpointError, check_definition
 from ..errors import DestinationError
 from ..files import same_path
 from .checkpoint import check_resumable
+from .launch import meta_model
 
 __all__ = ['run_checkpoints', 'resume_target', 'prepare_work_dir']
 
@@ -51,6 +52,26 @@ def resume_target(work_dir) -> Optional[Path]:
     return max(found, key=_number) if found else None
 
 
+def check_resume_fits(cfg: Config, filename: str, content: dict) -> None:
+    """Raise :class:`CheckpointError` when the checkpoint to resume was written by another model than the
+    config's (other shapes, or other attention kernels), naming the config its run was trained with."""
+    model = meta_model(cfg)
+    if model is None:
+        return
+    theirs = {k[len('model.'):]: v for k, v in content['state_dict'].items() if k.startswith('model.')}
+    own = model.state_dict()
+    differ = sorted(set(own) ^ set(theirs)) + [k for k in own if k in theirs and own[k].shape != theirs[k].shape]
+    if differ:
+        configs = sorted(Path(filename).parent.glob('*.py'))  # tools/train.py copies the config into the work dir
+        dump = ', '.join(map(str, configs)) if configs else 'its work dir holds no copy of it'
+        raise CheckpointError(f'{filename} was written by another model than {cfg.model.arch} as this config builds it '
+                              f'({len(differ)} tensors differ, e.g. {differ[:3]}): resume it with the config its run '
+                              f'used ({dump}), or start this run in a new --work-dir')
+    for definition in content['meta'].get('model_definitions') or []:
+        if definition.get('module') == 'model':
+            check_definition(definition, model, source=filename)
+
+
 def prepare_work_dir(cfg: Config, config_path: str, resume: Optional[str] = None, overwrite: bool = False) -> None:
     """Decide, before anything is written, what a training run does with ``cfg.work_dir``; sets ``cfg.resume``
     and ``cfg.load_from``.
@@ -77,13 +98,13 @@ def prepare_work_dir(cfg: Config, config_path: str, resume: Optional[str] = None
                       level=logging.WARNING)
             cfg.resume = False  # mmengine would follow a last_checkpoint that points outside the work dir
             return
-        check_resumable(str(target))
+        check_resume_fits(cfg, str(target), check_resumable(str(target)))
         cfg.resume, cfg.load_from = True, str(target)
         return
     if resume:
         if not Path(resume).is_file():
             raise MissingCheckpointError(f'--resume {resume}: no such checkpoint file')
-        check_resumable(resume)
+        check_resume_fits(cfg, resume, check_resumable(resume))
         cfg.resume, cfg.load_from = True, resume
         if not earlier or same_path(Path(resume).parent, work):
             return

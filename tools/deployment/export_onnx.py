@@ -70,7 +70,7 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     started = time.time()
     try:
-        check_file_destination(args.out, args.overwrite, '--out', 'model.onnx')
+        check_file_destination(args.out, args.overwrite, '--out', 'model.onnx', inputs=(args.model, args.checkpoint))
         require_export_packages()
         attn_types = None if args.attn_types is None else (
             args.attn_types[0] if len(args.attn_types) == 1 else tuple(args.attn_types))
