@@ -32,6 +32,8 @@ from nalaformer.errors import USER_ERROR_EXIT, run_tool
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIG = str(ROOT / 'configs' / 'nalaformer' / 'nalaformer-t_8xb128_in1k.py')
+SEG_CONFIG = str(ROOT / 'configs' / 'ade20k' / 'upernet_nalaformer-t_8xb2-160k_ade20k-512x512.py')
+DET_CONFIG = str(ROOT / 'configs' / 'coco' / 'mask-rcnn_nalaformer-t_fpn_1x_coco.py')
 TABLE = ROOT / 'docs' / 'bad_inputs.md'
 CLASSES = ('class0', 'class1', 'class2')
 TINY = dict(num_classes=3, embed_dims=[16, 32, 48, 64], depths=[1, 1, 1, 1], num_heads=[1, 2, 3, 4],
@@ -51,12 +53,20 @@ def load_tool(path: str):
 TOOL_PATHS = {'train.py': 'train', 'test.py': 'test', 'convert_checkpoint.py': 'convert_checkpoint',
               'export_onnx.py': 'deployment/export_onnx',
               'fashion_mnist_to_imagefolder.py': 'dataset_converters/fashion_mnist_to_imagefolder',
-              'quick_start.py': 'quick_start'}
+              'quick_start.py': 'quick_start', 'seg_demo.py': 'seg_demo', 'det_demo.py': 'det_demo'}
+
+
+class Tools(dict):
+    """The tools, each imported when first used (the demos import mmseg / mmdet)."""
+
+    def __missing__(self, name):
+        self[name] = load_tool(TOOL_PATHS[name])
+        return self[name]
 
 
 @pytest.fixture(scope='module')
 def tools():
-    return {name: load_tool(path) for name, path in TOOL_PATHS.items()}
+    return Tools()
 
 
 def snapshot(root: Path) -> Dict[str, str]:
@@ -115,6 +125,8 @@ def world(tmp_path_factory, tools) -> Path:
     (w / 'mine').mkdir()  # a folder of the user's own
     (w / 'mine' / 'notes.txt').write_text('my notes\n')
     write_images(w / 'mine', 1)
+    write_images(w, 1)
+    (w / '0.png').rename(w / 'photo.png')
     (w / 'notes.txt').write_text('not a checkpoint\n')
     (w / 'notes').write_text('a file without a suffix\n')
     (w / 'random.pth').write_bytes(np.random.default_rng(0).bytes(4096))
@@ -123,8 +135,6 @@ def world(tmp_path_factory, tools) -> Path:
         archive.writestr('photos/a.txt', 'not tensors')
     (w / 'metrics.json').write_text('{"accuracy/top1": 61.9}\n')
     (w / 'model.onnx').write_bytes(b'an earlier export')
-    (w / 'configs').mkdir()
-    (w / 'configs' / 'my_config.py').write_text(f'_base_ = [{CONFIG!r}]\n')
     # datasets with one mistake each
     image_folder(w / 'empty_class')
     for image in (w / 'empty_class' / 'val' / 'class1').iterdir():
@@ -239,11 +249,6 @@ CASES = {
         'train.py', '`--work-dir` a file',
         lambda w: [CONFIG, '--work-dir', str(w / 'notes'), '--cfg-options', *data_options(w / 'data'), *TINY_OPTIONS],
         lambda w: (f'--work-dir {w / "notes"} is a file',)),
-    'train-work-dir-holds-config': Case(
-        'train.py', '`--work-dir` the folder of the config (its dump would replace the config)',
-        lambda w: [str(w / 'configs' / 'my_config.py'), '--work-dir', str(w / 'configs'), '--cfg-options',
-                   *data_options(w / 'data'), *TINY_OPTIONS],
-        lambda w: (f'holds the config {w / "configs" / "my_config.py"} itself', 'another --work-dir')),
     'quick-start-work-dir-in-data': Case(
         'quick_start.py', '`--work-dir` inside `--data`',
         lambda w: ['--work-dir', str(w / 'data' / 'run'), '--data', str(w / 'data')],
@@ -251,12 +256,12 @@ CASES = {
     'test-json-is-checkpoint': Case(
         'test.py', '`--out-json` the checkpoint itself, with `--overwrite`',
         eval_argv('run/epoch_1.pth', '--overwrite', '--out-json', lambda w: str(w / 'run' / 'epoch_1.pth')),
-        lambda w: (f'--out-json {w / "run" / "epoch_1.pth"} is an input of this command',)),
+        lambda w: (f'--out-json {w / "run" / "epoch_1.pth"} is also an input of this command',)),
     'export-out-is-checkpoint': Case(
         'export_onnx.py', '`--out` the checkpoint itself, with `--overwrite`',
         lambda w: ['nalaformer_t', '--checkpoint', str(w / 'state_dict.pth'), '--out', str(w / 'state_dict.pth'),
                    '--overwrite'],
-        lambda w: (f'--out {w / "state_dict.pth"} is an input of this command',)),
+        lambda w: (f'--out {w / "state_dict.pth"} is also an input of this command',)),
     'quick-start-foreign-work-dir': Case(
         'quick_start.py', '`--work-dir` of something else',
         lambda w: ['--work-dir', str(w / 'run'), '--data', str(w / 'fm')],
@@ -265,6 +270,20 @@ CASES = {
         'quick_start.py', '`--data` a dataset it did not write',
         lambda w: ['--work-dir', str(w / 'qs'), '--data', str(w / 'data')],
         lambda w: (f'{w / "data"} holds other files (train, val)', '--overwrite')),
+    'seg-demo-out-is-image': Case(
+        'seg_demo.py', '`--out` the input image, with `--overwrite`',
+        lambda w: [str(w / 'photo.png'), SEG_CONFIG, str(w / 'run' / 'epoch_1.pth'), '--out', str(w / 'photo.png'),
+                   '--overwrite'],
+        lambda w: (f'--out {w / "photo.png"} is also an input of this command',)),
+    'det-demo-out-exists': Case(
+        'det_demo.py', '`--out` an existing file',
+        lambda w: [str(w / 'photo.png'), DET_CONFIG, str(w / 'run' / 'epoch_1.pth'), '--out', str(w / 'mine' / '0.png')],
+        lambda w: (f'--out {w / "mine" / "0.png"} exists', '--overwrite')),
+    'test-show-dir-foreign': Case(
+        'test.py', '`--show-dir` a folder of the user\'s files (segmentation)',
+        lambda w: [SEG_CONFIG, str(w / 'run' / 'epoch_1.pth'), '--work-dir', str(w / 'test_logs'), '--show-dir',
+                   str(w / 'mine')],
+        lambda w: (f'--show-dir {w / "mine"} holds other files', '--overwrite')),
     # --- datasets
     'data-empty-class': Case(
         'train.py', 'a class folder without images in one split', train_options(data='empty_class'),
@@ -526,14 +545,22 @@ def test_tools_exit_2_with_one_line_in_a_subprocess(world, tmp_path):
         assert proc.returncode == USER_ERROR_EXIT, (tool, err[-3000:])
         assert 'Traceback' not in err and err.strip().splitlines()[-1].startswith('error: '), (tool, err[-3000:])
     assert snapshot(world) == before
+    # an evaluation inside a training run's work dir adds its logs and replaces nothing (the run's copy of the
+    # config included); --out-json into a folder that does not exist yet works
+    run = tmp_path / 'run'
+    shutil.copytree(world / 'run', run)
+    (run / Path(CONFIG).name).write_text(f'# the training run\'s copy\n_base_ = [{CONFIG!r}]\n')
+    kept = snapshot(run)
     out = tmp_path / 'new' / 'folder' / 'metrics.json'
     result = subprocess.run([
-        sys.executable, str(ROOT / 'tools' / 'test.py'), CONFIG, str(world / 'run' / 'epoch_1.pth'), '--work-dir',
-        str(tmp_path / 'logs'), '--out-json', str(out), '--cfg-options', *data_options(world / 'data'), *TINY_OPTIONS,
+        sys.executable, str(ROOT / 'tools' / 'test.py'), CONFIG, str(run / 'epoch_1.pth'), '--work-dir', str(run),
+        '--out-json', str(out), '--cfg-options', *data_options(world / 'data'), *TINY_OPTIONS,
         'test_dataloader.dataset.input_size=32', 'test_dataloader.num_workers=0',
         'test_dataloader.persistent_workers=False'], capture_output=True, text=True, cwd=ROOT, env=env, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
     assert 'accuracy/top1' in json.loads(out.read_text())
+    after = snapshot(run)
+    assert {k: v for k, v in after.items() if k in kept} == kept and len(after) > len(kept)
 
 
 @pytest.mark.slow
@@ -546,27 +573,31 @@ def test_a_run_resumes_only_inside_its_work_dir_and_overwrite_starts_again(world
                    'num_workers=0', 'persistent_workers=False', 'batch_size=3', 'dataset.input_size=32')],
                'train_dataloader.sampler.num_repeats=1', 'model.mixup=None']
 
-    def train(work, *args, epochs=1):
-        result = subprocess.run([sys.executable, str(ROOT / 'tools' / 'train.py'), CONFIG, '--work-dir', str(work),
+    def train(work, *args, epochs=1, config=CONFIG):
+        result = subprocess.run([sys.executable, str(ROOT / 'tools' / 'train.py'), str(config), '--work-dir', str(work),
                                  *args, *options, f'train_cfg.max_epochs={epochs}'],
                                 capture_output=True, text=True, cwd=ROOT, env=env, timeout=900)
         assert result.returncode == 0, result.stderr[-5000:]
         return result
 
     original, copy = tmp_path / 'original', tmp_path / 'copy'
-    train(original)
+    config = original / 'my_config.py'  # the user's config in the work dir: never replaced by mmengine's copy
+    original.mkdir()
+    config.write_text(f'_base_ = [{CONFIG!r}]\n')
+    train(original, config=config)
+    assert config.read_text() == f'_base_ = [{CONFIG!r}]\n'
     shutil.copytree(original, copy)
     assert (copy / 'last_checkpoint').read_text().strip() == str(original / 'epoch_1.pth')
     checkpoint = (original / 'epoch_1.pth').read_bytes()
     (original / 'epoch_1.pth').write_bytes(checkpoint[:len(checkpoint) // 2])  # reading the original's would fail
     kept = snapshot(original)
-    train(copy, '--resume', epochs=2)
-    assert snapshot(original) == kept
+    train(copy, '--resume', epochs=2, config=copy / 'my_config.py')
+    assert snapshot(original) == kept and (copy / 'my_config.py').read_text() == config.read_text()
     assert (copy / 'epoch_2.pth').is_file() and (copy / 'last_checkpoint').read_text().strip() == str(copy / 'epoch_2.pth')
     meta = torch.load(copy / 'epoch_2.pth', weights_only=True)['meta']
     assert meta['epoch'] == 2
-    train(copy, '--overwrite')  # a new run of 1 epoch: the old checkpoints are gone, not mixed with the new ones
-    assert not (copy / 'epoch_2.pth').exists()
+    train(copy, '--overwrite', config=copy / 'my_config.py')  # a new run: the old checkpoints are gone, not mixed
+    assert not (copy / 'epoch_2.pth').exists() and (copy / 'my_config.py').read_text() == config.read_text()
     assert torch.load(copy / 'epoch_1.pth', weights_only=True)['meta']['epoch'] == 1
 
 

@@ -23,6 +23,7 @@ from ..checkpoint import (
     Checkpoint, CorruptCheckpointError, NotResumableError, check_recorded_definitions, model_definitions,
     newest_readable_checkpoint,
 )
+from ..files import atomic_file, same_path
 
 _HISTORY_BUFFER = '__history_buffer__'
 
@@ -112,6 +113,19 @@ class NaLaRunner(Runner):
         # loader per scheme, so registering replaces it for the process: that is why it happens here.
         CheckpointLoader.register_scheme(prefixes='', loader=load_runner_checkpoint, force=True)
         super().__init__(*args, **kwargs)
+
+    @master_only
+    def dump_config(self) -> None:
+        """mmengine's copy of the config in the work dir, written atomically; where the work dir holds a copy
+        of another run's (an evaluation in a training run's work dir, a new run beside an earlier one) or the
+        config file itself, it goes into this run's log folder instead: no run replaces another's record, nor
+        the user's config by its merged copy."""
+        name = osp.basename(self.cfg.filename) if self.cfg.filename else f'{self.timestamp}.py'
+        path = osp.join(self.work_dir, name)
+        if osp.exists(path) and (not self._resume or (self.cfg.filename and same_path(path, self.cfg.filename))):
+            path = osp.join(self.log_dir, name)
+        with atomic_file(path) as tmp:
+            self.cfg.dump(str(tmp))
 
     def _unwrapped_model(self) -> torch.nn.Module:
         return self.model.module if is_model_wrapper(self.model) else self.model

@@ -65,9 +65,8 @@ def scan_split(folder) -> SplitContents:
     contents = SplitContents(folder)
     for root, dirs, files in os.walk(folder, followlinks=True):
         depth = len(Path(root).relative_to(folder).parts)
-        if depth == 0:
-            for name in dirs:
-                contents.images[name] = 0
+        if depth == 0:  # every class folder; a hidden one (.ipynb_checkpoints) only when it holds images
+            contents.images.update((name, 0) for name in dirs if not name.startswith('.'))
         images = [f for f in files if os.path.splitext(f)[1].lower() in IMAGE_EXTENSIONS]
         for f in files:
             ext = os.path.splitext(f)[1].lower()
@@ -75,8 +74,8 @@ def scan_split(folder) -> SplitContents:
                 contents.other[ext] += 1
         if depth == 0:
             contents.loose += sorted(images)
-        elif depth == 1:
-            contents.images[Path(root).name] += len(images)
+        elif depth == 1 and (images or Path(root).name in contents.images):
+            contents.images[Path(root).name] = contents.images.get(Path(root).name, 0) + len(images)
         elif images:
             contents.nested.append(str(Path(root).relative_to(folder)))
     return contents
@@ -117,7 +116,7 @@ def check_split(contents: SplitContents, classes: Optional[Sequence[str]] = None
 def class_folders(folder) -> List[str]:
     """The class folders of a split, in timm's order, without walking the images (a cheap look at a split
     that is not loaded, e.g. the training split when evaluating)."""
-    return sorted((p.name for p in Path(folder).iterdir() if p.is_dir()), key=natural_key)
+    return sorted((p.name for p in Path(folder).iterdir() if p.is_dir() and not p.name.startswith('.')), key=natural_key)
 
 
 def compare_classes(what: str, classes: Sequence[str], reference_what: str, reference: Sequence[str]) -> None:

@@ -84,10 +84,7 @@ def prepare_work_dir(cfg: Config, config_path: str, resume: Optional[str] = None
     work = Path(cfg.work_dir)
     if work.exists() and not work.is_dir():
         raise DestinationError(f'--work-dir {work} is a file; give a folder for the run\'s logs and checkpoints')
-    dump = work / Path(config_path).name
-    if dump.exists() and same_path(dump, config_path):
-        raise DestinationError(f'--work-dir {work} holds the config {config_path} itself, which the run would '
-                               f'overwrite with its merged copy; choose another --work-dir')
+    dump = work / Path(config_path).name  # where mmengine copies the config (NaLaRunner never over the config)
     if resume is None and cfg.get('resume'):
         resume = cfg.get('load_from') or 'auto'
     earlier = run_checkpoints(work)
@@ -118,6 +115,8 @@ def prepare_work_dir(cfg: Config, config_path: str, resume: Optional[str] = None
     if not overwrite:
         raise DestinationError(f'{conflict}. Continue that run with --resume, start this one in a new --work-dir, '
                                f'or pass --overwrite to delete them and start again there')
+    if dump.is_file() and not same_path(dump, config_path):  # the earlier run's copy: this run writes its own
+        earlier.append(dump)
     if int(os.environ.get('RANK', '0')) == 0:
         print_log(f'--overwrite: deleting the earlier run\'s checkpoints in {work}: '
                   f'{", ".join(p.name for p in earlier)}', logger='current', level=logging.WARNING)
