@@ -374,6 +374,15 @@ CASES = {
     'option-bool-for-number': Case(
         'train.py', '`model.drop_path_rate=True`', train_options('model.drop_path_rate=True'),
         lambda w: ('model.drop_path_rate: expected a number', 'got True')),
+    'option-batch-size-zero': Case(
+        'train.py', '`train_dataloader.batch_size=0`', train_options('train_dataloader.batch_size=0'),
+        lambda w: ('train_dataloader.batch_size: expected a whole number >= 1', 'got 0')),
+    'option-lr-negative': Case(
+        'train.py', '`optim_wrapper.optimizer.lr=-0.1`', train_options('optim_wrapper.optimizer.lr=-0.1'),
+        lambda w: ('optim_wrapper.optimizer.lr: expected a finite number >= 0', 'got -0.1')),
+    'option-nan': Case(
+        'train.py', '`model.drop_path_rate=nan`', train_options('model.drop_path_rate=nan'),
+        lambda w: ('model.drop_path_rate: expected a number, not NaN',)),
     'option-key-typo': Case(
         'train.py', '`train_cfg.max_epoch=3` (no such key)', train_options('train_cfg.max_epoch=3'),
         lambda w: ("no key 'max_epoch' at train_cfg", 'max_epochs')),
@@ -386,7 +395,7 @@ CASES = {
         lambda w: ("attention kernel 'nala_cos': alpha must be a finite number > 0, got -1",)),
     'kernel-alpha-nan': Case(
         'train.py', '`nala_cos` with `alpha=nan`', train_options('model.attn_types=nala_cos', 'model.kernel_kwargs.alpha=nan'),
-        lambda w: ("alpha must be a finite number > 0, got nan",)),
+        lambda w: ('--cfg-options model.kernel_kwargs.alpha: expected a number, not NaN',)),
     'kernel-power-zero': Case(
         'train.py', '`relu` with `power=0`', train_options('model.attn_types=relu', 'model.kernel_kwargs.power=0'),
         lambda w: ("attention kernel 'relu': power must be a finite number > 0, got 0",)),

@@ -45,3 +45,13 @@ def test_quick_start_trains_evaluates_and_exports(tmp_path):
     assert (work / 'attention_entropy.png').stat().st_size > 0 and 'nala' in json.dumps(entropy)
     for line in ('checkpoint:', 'timm folder:', 'tensorboard --logdir', 'attention plot:'):
         assert line in result.stdout
+
+    # run again: the finished run is resumed (no training), the data kept, its own outputs written again
+    data_files = {p: p.stat().st_mtime_ns for p in data.rglob('*')}
+    again = subprocess.run([sys.executable, str(ROOT / 'tools' / 'quick_start.py'), '--work-dir', str(work),
+                            '--data', str(data)], capture_output=True, text=True, timeout=1800)
+    assert again.returncode == 0, (again.stdout[-3000:], again.stderr[-5000:])
+    assert 'prepare the data' not in again.stdout and {p: p.stat().st_mtime_ns for p in data.rglob('*')} == data_files
+    assert f'top-1: {top1:.2f}%' in again.stdout
+    assert torch.equal(torch.load(work / 'epoch_10.pth', weights_only=True)['state_dict']['model.head.weight'],
+                       state_dict['model.head.weight'])

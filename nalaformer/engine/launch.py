@@ -56,6 +56,25 @@ def _expected_type(old, new) -> Optional[str]:
     return None
 
 
+# Ranges of well-known settings, by the last part of their key: (smallest value, whole numbers only).
+_RANGES = {'batch_size': (1, True), 'max_epochs': (1, True), 'max_iters': (1, True), 'val_interval': (1, True),
+           'num_workers': (0, True), 'lr': (0, False), 'weight_decay': (0, False), 'momentum': (0, False)}
+
+
+def _range_problem(key: str, value) -> Optional[str]:
+    """Why a number given for ``key`` cannot be meant (NaN anywhere; a batch size of 0, a negative lr, ...)."""
+    values = value if isinstance(value, (list, tuple)) else [value]
+    numbers = [v for v in values if isinstance(v, (int, float)) and not isinstance(v, bool)]
+    if any(v != v for v in numbers):
+        return 'a number, not NaN'
+    minimum, whole = _RANGES.get(key.split('.')[-1], (None, False))
+    if minimum is None:
+        return None
+    if any(v < minimum or v in (float('inf'), float('-inf')) or (whole and v != int(v)) for v in numbers):
+        return f'{"a whole number" if whole else "a finite number"} >= {minimum}'
+    return None
+
+
 def _option_value(cfg: Config, key: str):
     """The config's value at a dotted ``--cfg-options`` key (``_MISSING`` for a new key inside a dict that
     builds an object); a key that does not exist is named with close matches."""
@@ -79,8 +98,9 @@ def _option_value(cfg: Config, key: str):
 
 
 def check_cfg_options(cfg: Config, options: dict) -> None:
-    """Reject ``--cfg-options`` keys that do not exist (naming close matches) and values of another type
-    than the config's (naming the key, the value and the type expected).
+    """Reject ``--cfg-options`` keys that do not exist (naming close matches), values of another type than
+    the config's (naming the key, the value and the type expected), NaN, and values out of the range of
+    well-known settings (batch sizes, epochs, learning rates, ...).
 
     A new key is allowed only inside a dict that builds an object (has ``type``), whose
     constructor then validates it (e.g. ``model.kernel_kwargs.alpha=5``); anywhere else a typo would be
@@ -88,10 +108,11 @@ def check_cfg_options(cfg: Config, options: dict) -> None:
     """
     for key, value in options.items():
         old = _option_value(cfg, key)
-        expected = None if old is _MISSING else _expected_type(old, value)
+        expected = (None if old is _MISSING else _expected_type(old, value)) or _range_problem(key, value)
         if expected:
             given = f'the text {value!r}' if isinstance(value, str) else repr(value)
-            raise ConfigError(f'--cfg-options {key}: expected {expected} (the config has {old!r}), got {given}')
+            has = '' if old is _MISSING else f' (the config has {old!r})'
+            raise ConfigError(f'--cfg-options {key}: expected {expected}{has}, got {given}')
 
 
 def _model_entry(cfg: Config) -> Optional[Tuple[str, str, dict, set]]:

@@ -84,7 +84,7 @@ def prepare_work_dir(cfg: Config, config_path: str, resume: Optional[str] = None
     work = Path(cfg.work_dir)
     if work.exists() and not work.is_dir():
         raise DestinationError(f'--work-dir {work} is a file; give a folder for the run\'s logs and checkpoints')
-    dump = work / Path(config_path).name  # where mmengine copies the config (NaLaRunner never over the config)
+    dump = work / Path(config_path).name  # mmengine's copy of the config (NaLaRunner never writes it over the config)
     if resume is None and cfg.get('resume'):
         resume = cfg.get('load_from') or 'auto'
     earlier = run_checkpoints(work)
