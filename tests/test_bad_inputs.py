@@ -386,6 +386,10 @@ CASES = {
     'option-key-typo': Case(
         'train.py', '`train_cfg.max_epoch=3` (no such key)', train_options('train_cfg.max_epoch=3'),
         lambda w: ("no key 'max_epoch' at train_cfg", 'max_epochs')),
+    'option-optimizer-argument-typo': Case(
+        'train.py', '`optim_wrapper.optimizer.lrr=0.1` (not an argument of the optimizer)',
+        train_options('optim_wrapper.optimizer.lrr=0.1'),
+        lambda w: ("optim_wrapper.optimizer.lrr: AdamW takes no argument 'lrr'", "'lr'")),
     'model-keyword-typo': Case(
         'train.py', '`model.drop_path=0.1` (not an argument of the model)', train_options('model.drop_path=0.1'),
         lambda w: ("takes no argument 'drop_path'", 'drop_path_rate')),

@@ -24,6 +24,11 @@ from .data import LAYOUT as IMAGE_FOLDER_LAYOUT
 from .dataset_check import check_split, class_folders, compare_classes, scan_split
 
 _MISSING = object()
+# Registries whose objects configs build from dicts with a ``type`` (the model's are checked by building it).
+_REGISTRIES = ('OPTIMIZERS', 'OPTIM_WRAPPERS', 'HOOKS', 'PARAM_SCHEDULERS', 'DATASETS', 'DATA_SAMPLERS', 'METRICS',
+               'VISUALIZERS', 'VISBACKENDS', 'LOOPS', 'LOG_PROCESSORS')
+# Keys mmengine takes out of such a dict before building (the optimizer wrapper's constructor settings).
+_BUILDER_KEYS = {'_scope_', 'constructor', 'paramwise_cfg'}
 
 
 def _expected_type(old, new) -> Optional[str]:
@@ -75,6 +80,29 @@ def _range_problem(key: str, value) -> Optional[str]:
     return None
 
 
+def _check_new_argument(key: str, type_name, name: str) -> None:
+    """A ``--cfg-options`` key that adds argument ``name`` to a dict building ``type_name``: named with close
+    names when the class (found in mmengine's registries) does not take it; models are checked by
+    :func:`check_model_keywords`, classes taking ``**kwargs`` by themselves."""
+    import mmengine.registry
+    if not isinstance(type_name, str) or name in _BUILDER_KEYS:
+        return
+    registries = [getattr(mmengine.registry, registry) for registry in _REGISTRIES]
+    cls = next((registry.get(type_name) for registry in registries if registry.get(type_name) is not None), None)
+    if cls is None:
+        return
+    try:
+        parameters = inspect.signature(cls).parameters
+    except (TypeError, ValueError):
+        return
+    if name in parameters or any(p.kind == p.VAR_KEYWORD for p in parameters.values()):
+        return
+    known = [p for p in parameters if p != 'self']
+    close = difflib.get_close_matches(name, known, n=3, cutoff=0.5)
+    hint = f'did you mean {close}?' if close else f'its arguments are {known}'
+    raise ConfigError(f"--cfg-options {key}: {type_name} takes no argument '{name}'; {hint}")
+
+
 def _option_value(cfg: Config, key: str):
     """The config's value at a dotted ``--cfg-options`` key (``_MISSING`` for a new key inside a dict that
     builds an object); a key that does not exist is named with close matches."""
@@ -86,7 +114,8 @@ def _option_value(cfg: Config, key: str):
         elif isinstance(node, dict) and part in node:
             node = node[part]
         elif isinstance(node, dict) and 'type' in node:
-            return _MISSING  # a new argument (or dict of them): its constructor (or check_model_keywords) checks it
+            _check_new_argument(key, node['type'], part)
+            return _MISSING  # a new argument (or dict of them) of the object the dict builds
         else:
             known = list(node.keys()) if isinstance(node, dict) else []
             close = difflib.get_close_matches(part, known, n=3)
