@@ -38,14 +38,16 @@ from typing import Dict, Iterator, List, Optional, Sequence, Tuple, Union
 import torch
 import torch.nn as nn
 
-from .files import atomic_folder
+from .errors import DestinationError, UserError
+from .files import atomic_folder, check_file_destination, check_folder_destination, same_path
 from .ops.nala import kernel_function
 
 __all__ = [
-    'CheckpointError', 'DefinitionMismatchError', 'Checkpoint', 'WEIGHT_KEYS', 'EMA_KEYS', 'read_checkpoint',
+    'CheckpointError', 'NotACheckpointError', 'CorruptCheckpointError', 'MissingCheckpointError',
+    'NotResumableError', 'DefinitionMismatchError', 'Checkpoint', 'is_timm_folder', 'is_converted_file', 'WEIGHT_KEYS', 'EMA_KEYS', 'read_checkpoint',
     'strip_wrapper_prefixes', 'model_definition', 'model_definitions', 'definition_modules', 'check_definition', 'check_state_dict_fits',
     'check_recorded_definitions', 'load_checkpoint_into', 'describe_architecture', 'name_architecture', 'save_state_dict',
-    'save_timm_folder', 'convert_checkpoint', 'TIMM_FOLDER_WEIGHTS',
+    'save_timm_folder', 'check_conversion_destination', 'convert_checkpoint', 'TIMM_FOLDER_WEIGHTS',
     'newest_readable_checkpoint', 'variant_of', 'pretrained_kwargs', 'pretrained_options', 'pretrained_weights',
     'loading_options',
 ]
@@ -71,8 +73,24 @@ EMA_FLAG = 'ema'
 _LOADING_KWARGS = ('pretrained_ema', 'accept_definition_change')
 
 
-class CheckpointError(ValueError):
+class CheckpointError(UserError, ValueError):
     """A checkpoint that cannot be read or does not fit the model; the message says why."""
+
+
+class MissingCheckpointError(CheckpointError, FileNotFoundError):
+    """No file or folder at the checkpoint's path."""
+
+
+class NotACheckpointError(CheckpointError):
+    """The file is no checkpoint at all (text, an image, random bytes, a zip of something else)."""
+
+
+class CorruptCheckpointError(CheckpointError):
+    """The file was a checkpoint but is truncated or damaged (an interrupted copy or write)."""
+
+
+class NotResumableError(CheckpointError):
+    """A checkpoint that holds weights but no training state, given to resume a training run."""
 
 
 class DefinitionMismatchError(CheckpointError):
@@ -82,21 +100,54 @@ class DefinitionMismatchError(CheckpointError):
 # ----------------------------------------------------------------------------------------------
 # Reading
 # ----------------------------------------------------------------------------------------------
+def is_timm_folder(path: PathLike) -> bool:
+    """``path`` is a timm hub folder and nothing else: config.json with an ``architecture`` and weights,
+    no other files (what :func:`save_timm_folder` writes, so it can be written again)."""
+    path = Path(path)
+    names = {p.name for p in path.iterdir()} if path.is_dir() else set()
+    if 'config.json' not in names or not names & set(TIMM_FOLDER_WEIGHTS) or names - {'config.json', *TIMM_FOLDER_WEIGHTS}:
+        return False
+    try:
+        return 'architecture' in json.loads((path / 'config.json').read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError, TypeError):
+        return False
+
+
+def is_converted_file(path: PathLike) -> bool:
+    """``path`` is a file :func:`save_state_dict` wrote (the converter's output: a ``.safetensors`` with recorded
+    definitions, or a ``.pth`` holding exactly ``{'model', 'meta': {'model_definitions'}}``), so it can be written
+    again; anything else (a run's checkpoint, a user's file) is not."""
+    path = Path(path)
+    try:
+        if path.suffix == '.safetensors':
+            from safetensors import safe_open
+            with safe_open(str(path), framework='pt', device='cpu') as f:
+                return DEFINITIONS_KEY in (f.metadata() or {})
+        content = torch.load(path, map_location='cpu', weights_only=True, mmap=True)
+    except Exception:  # unreadable in any way: not a file written here
+        return False
+    return (isinstance(content, dict) and set(content) == {'model', 'meta'} and isinstance(content['meta'], dict)
+            and set(content['meta']) == {DEFINITIONS_KEY})
+
+
 def _load_folder(path: Path) -> dict:
     """A timm hub folder as {'model', 'meta'} (plus 'model_ema' when it holds EMA weights); its one
     definition is the folder's ``architecture`` and ``model_args``."""
     config_file = path / 'config.json'
     if not config_file.is_file():
-        raise CheckpointError(f'{path} is a folder without config.json, so not a timm model folder '
-                              f'(write one with: python tools/convert_checkpoint.py CHECKPOINT {path})')
+        runs = sorted(path.glob('epoch_*.pth')) + sorted(path.glob('iter_*.pth'))
+        hint = (f'; it looks like a training work dir: give one of its checkpoints, e.g. {runs[-1]}' if runs else
+                f' (write one with: python tools/convert_checkpoint.py CHECKPOINT {path})')
+        raise NotACheckpointError(f'{path} is a folder, not a checkpoint: it has no config.json of a timm model '
+                                  f'folder{hint}')
     try:
         config = json.loads(config_file.read_text())
-    except json.JSONDecodeError as e:
-        raise CheckpointError(f'{config_file} is not valid JSON (damaged?): {e}') from e
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise CorruptCheckpointError(f'{config_file} is not valid JSON (damaged?): {e}') from e
     weights_file = next((path / name for name in TIMM_FOLDER_WEIGHTS if (path / name).is_file()), None)
-    if weights_file is None or 'architecture' not in config:
-        raise CheckpointError(f'{path} is not a complete timm model folder: it needs config.json with an '
-                              f'"architecture" and one of {TIMM_FOLDER_WEIGHTS}')
+    if weights_file is None or not isinstance(config, dict) or 'architecture' not in config:
+        raise NotACheckpointError(f'{path} is not a complete timm model folder: it needs config.json with an '
+                                  f'"architecture" and one of {TIMM_FOLDER_WEIGHTS}')
     tensors = Checkpoint(weights_file, _load_file(weights_file)).weights()
     definition = dict(module='', architecture=config['architecture'], model_args=config.get('model_args') or {})
     content = {'model': tensors, 'meta': {DEFINITIONS_KEY: [definition]}}
@@ -105,35 +156,100 @@ def _load_folder(path: Path) -> dict:
     return content
 
 
+# How files begin: a torch.save archive (zip), a legacy torch.save / pickle stream (protocol 2+), safetensors
+# (an 8-byte little-endian header length, then the JSON header).
+_ZIP_MAGIC = b'PK\x03\x04'
+_PICKLE_MAGIC = b'\x80'
+
+
+def _sniff(path: Path) -> Optional[str]:
+    """Why ``path`` is not a checkpoint at all, judged from its first bytes; None when it may be one."""
+    with open(path, 'rb') as f:
+        head = f.read(64)
+    if not head:
+        return 'it is empty (0 bytes: an interrupted copy or write?)'
+    if path.suffix == '.safetensors':
+        return None
+    if head.startswith(_PICKLE_MAGIC):
+        return None
+    if head.startswith(_ZIP_MAGIC):
+        # a torch.save archive holds <archive name>/data.pkl, its first member; a truncated one has no listing
+        try:
+            with zipfile.ZipFile(path) as archive:
+                names = archive.namelist()
+        except (zipfile.BadZipFile, OSError):
+            name_length = int.from_bytes(head[26:28], 'little')
+            names = [head[30:30 + name_length].decode('utf-8', 'replace')] if len(head) >= 30 + name_length else []
+            if not names:
+                return None
+        if any(name.endswith('/data.pkl') for name in names):
+            return None
+        return (f'it is a zip archive of other files ({", ".join(names[:3])}{", ..." if len(names) > 3 else ""}), not '
+                f'a PyTorch checkpoint')
+    if len(head) > 8 and head[8:9] == b'{':
+        return None  # safetensors under another suffix
+    try:
+        text = head.decode('utf-8')
+    except UnicodeDecodeError:
+        return (f'its first bytes ({head[:8].hex(" ")}) are neither a PyTorch checkpoint (a zip archive or '
+                f'pickle) nor safetensors')
+    return f'it is a text file (it begins {text[:30]!r})'
+
+
+def _unpickling_reason(error: Exception) -> str:
+    """The line of torch's weights-only message that names what was refused (its advice to unpickle is
+    left out: never right for a file one did not write)."""
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+    line = next((line for line in lines if 'Unsupported' in line or 'GLOBAL' in line), lines[0] if lines else '')
+    return _first_sentence(line)
+
+
+def _first_sentence(text: str) -> str:
+    return str(text).split('. ')[0]
+
+
 def _load_file(path: Path) -> dict:
     """The file's top-level dict, read safely; a safetensors file as {'model', 'meta'} (as the converter's .pth),
     a timm hub folder as :func:`_load_folder` reads it."""
     if path.is_dir():
         return _load_folder(path)
     if not path.is_file():
-        raise FileNotFoundError(f'checkpoint {path} does not exist')
-    if path.suffix == '.safetensors':
+        raise MissingCheckpointError(f'checkpoint {path} does not exist')
+    reason = _sniff(path)
+    if reason:
+        raise NotACheckpointError(f'{path} is not a checkpoint: {reason}. Give a .pth or .safetensors file written '
+                                  f'by tools/train.py, tools/convert_checkpoint.py or torch.save, or a timm folder')
+    with open(path, 'rb') as f:
+        head = f.read(9)
+    if path.suffix == '.safetensors' or (not head.startswith((_ZIP_MAGIC, _PICKLE_MAGIC)) and head[8:9] == b'{'):
         from safetensors import SafetensorError, safe_open
         try:
             with safe_open(str(path), framework='pt', device='cpu') as f:
                 metadata = f.metadata() or {}
                 tensors = {key: f.get_tensor(key) for key in f.keys()}
         except (SafetensorError, OSError, ValueError) as e:
-            raise CheckpointError(f'{path} is not a readable safetensors file (corrupt or truncated?): {e}') from e
+            raise NotACheckpointError(f'{path} is not a checkpoint: not a readable safetensors file (corrupt or '
+                                      f'truncated?): {e}') from e
         definitions = json.loads(metadata[DEFINITIONS_KEY]) if DEFINITIONS_KEY in metadata else []
         return {'model': tensors, 'meta': {DEFINITIONS_KEY: definitions}}
     try:
         with torch.serialization.safe_globals([argparse.Namespace]):
             content = torch.load(path, map_location='cpu', weights_only=True)
     except pickle.UnpicklingError as e:
-        raise CheckpointError(
-            f'{path} holds objects other than tensors and plain data, which are not unpickled for '
-            f'safety ({e}). Re-save only the state dict, e.g. torch.save(model.state_dict(), ...), '
-            f'or convert it with tools/convert_checkpoint.py on a machine where you trust the file.') from e
-    except (RuntimeError, EOFError, zipfile.BadZipFile, OSError) as e:
-        raise CheckpointError(f'{path} is not a readable PyTorch checkpoint: it is truncated or corrupt ({e})') from e
+        if head.startswith(_PICKLE_MAGIC) or 'Unsupported global' in str(e) or 'Unsupported class' in str(e):
+            raise CheckpointError(
+                f'{path} holds objects other than tensors and plain data, which are not unpickled for '
+                f'safety ({_unpickling_reason(e)}). Re-save only the state dict, e.g. '
+                f'torch.save(model.state_dict(), ...), or convert it with tools/convert_checkpoint.py on a machine '
+                f'where you trust the file.') from e
+        raise CorruptCheckpointError(f'{path} is not a readable PyTorch checkpoint: it is truncated or corrupt '
+                                     f'({_first_sentence(e)})') from e
+    except (RuntimeError, EOFError, zipfile.BadZipFile, OSError, KeyError, ValueError) as e:
+        raise CorruptCheckpointError(f'{path} is not a readable PyTorch checkpoint: it is truncated or corrupt '
+                                     f'({_first_sentence(e)})') from e
     if not isinstance(content, dict):
-        raise CheckpointError(f'{path} holds a {type(content).__name__}, not a state dict or checkpoint dict')
+        raise NotACheckpointError(f'{path} is not a checkpoint: it holds a {type(content).__name__}, not a state '
+                                  f'dict or checkpoint dict')
     return content
 
 
@@ -583,15 +699,16 @@ def _release_definition(state_dict: StateDict) -> dict:
     return dict(architecture=variant or 'nalaformer_t', model_args=_plain(args))
 
 
-def save_timm_folder(state_dict: StateDict, definition: dict, path: PathLike, ema: bool = False) -> None:
+def save_timm_folder(state_dict: StateDict, definition: dict, path: PathLike, ema: bool = False,
+                     overwrite: bool = False) -> None:
     """Write a timm hub folder (``timm.models.save_for_hf``: config.json + model.safetensors) of the model
     ``definition`` describes, holding ``state_dict``; ``timm.create_model('local-dir:PATH', pretrained=True)``
-    rebuilds it. ``ema`` is recorded in config.json. Written atomically."""
+    rebuilds it. ``ema`` is recorded in config.json. Written atomically; ``path`` must be absent, empty or a
+    timm folder (any folder with ``overwrite``)."""
     import timm
     from timm.models import save_for_hf
-    path = Path(path)
-    if path.exists() and not path.is_dir():
-        raise CheckpointError(f'{path} exists and is a file; a timm folder needs a directory name')
+    path = check_folder_destination(path, overwrite, 'timm folder', replaceable=is_timm_folder,
+                                    kind='a timm model folder')
     try:
         model = timm.create_model(definition['architecture'], **definition['model_args'])
     except (TypeError, ValueError, RuntimeError) as e:
@@ -612,13 +729,36 @@ def save_timm_folder(state_dict: StateDict, definition: dict, path: PathLike, em
                     safe_serialization=True)
 
 
-def convert_checkpoint(src: PathLike, dst: PathLike, ema: bool = False) -> str:
+def check_conversion_destination(src: PathLike, dst: PathLike, overwrite: bool = False) -> None:
+    """Refuse, before anything is read, a conversion that would destroy files: ``dst`` the source itself or a
+    folder holding it; an existing file the converter did not write (:func:`is_converted_file`); for a timm folder
+    (no suffix) a folder that holds anything but a timm folder. ``overwrite`` allows the last two; what is
+    replaced is replaced atomically."""
+    src, dst = Path(src), Path(dst)
+    if not src.exists():
+        raise MissingCheckpointError(f'checkpoint {src} does not exist')
+    if same_path(src, dst):
+        raise DestinationError(f'the destination {dst} is the source checkpoint itself: write to another path')
+    if dst.is_dir() and any(same_path(dst, parent) for parent in src.resolve().parents):
+        raise DestinationError(f'the destination folder {dst} holds the source {src}: writing there would delete it; '
+                               f'give a new folder name, e.g. {dst / "timm_folder"}')
+    if dst.suffix:
+        check_file_destination(dst, overwrite, 'destination', 'model.safetensors', replaceable=is_converted_file,
+                               kind='a file tools/convert_checkpoint.py wrote')
+    else:
+        check_folder_destination(dst, overwrite, 'destination (a timm folder: no suffix)', replaceable=is_timm_folder,
+                                 kind='a timm model folder')
+
+
+def convert_checkpoint(src: PathLike, dst: PathLike, ema: bool = False, overwrite: bool = False) -> str:
     """Convert any checkpoint of ours or the release's (or a timm folder) to ``.pth``, ``.safetensors`` or,
     for a destination without a suffix, a timm hub folder; returns what it holds.
 
     Runner checkpoints (raw or ``ema``) give the weights of their timm model; the definition is kept. A
     file that records no definition (the release's) becomes, as a folder, the release's hybrid model.
+    The destination is checked first (:func:`check_conversion_destination`) and written atomically.
     """
+    check_conversion_destination(src, dst, overwrite)
     state_dict, recorded = Checkpoint.read(src).model_weights(ema)
     definition = {k: v for k, v in recorded.items() if k != 'module'} if recorded else None
     if Path(dst).suffix:
@@ -633,7 +773,7 @@ def convert_checkpoint(src: PathLike, dst: PathLike, ema: bool = False) -> str:
             except CheckpointError as e:
                 raise CheckpointError(f'{src} records no model definition and {e}; a timm folder needs the '
                                       f'model: convert a checkpoint this project wrote (it records its model)') from None
-        save_timm_folder(state_dict, definition, dst, ema)
+        save_timm_folder(state_dict, definition, dst, ema, overwrite)
     try:
         described = name_architecture(describe_architecture(state_dict))
     except CheckpointError:  # another family (NaLa-Swin): its definition says what it is

@@ -45,6 +45,7 @@ import torch
 import torch.nn as nn
 
 from .checkpoint import Checkpoint, definition_modules, load_checkpoint_into
+from .errors import UserError
 from .models.family import per_stage_kernels
 from .models.nala_swin import NaLaSwinTransformer
 from .ops.nala import AttentionKernel, kernel_function
@@ -66,7 +67,7 @@ AttnTypes = Union[str, Sequence[str]]
 KernelKwargs = Union[None, Mapping, Sequence[Optional[Mapping]]]
 
 
-class ExportError(ValueError):
+class ExportError(UserError, ValueError):
     """A bad argument, a missing file or package, or a failed check: the message says what to do."""
 
 

@@ -140,7 +140,7 @@ def test_convert_tool_round_trip(xt, tmp_path):
     assert not list(tmp_path.glob('.*.tmp'))  # atomic writes leave no temp files
     bad = subprocess.run(tool + [str(tmp_path / 'missing.pth'), str(tmp_path / 'x.safetensors')],
                          capture_output=True, text=True)
-    assert bad.returncode == 1 and 'does not exist' in bad.stderr
+    assert bad.returncode == 2 and 'does not exist' in bad.stderr
 
 
 # ----------------------------------------------------------------------------------------------
@@ -181,7 +181,7 @@ def test_ema_asked_from_a_file_without_it_fails_naming_its_keys(xt, tmp_path):
                           pretrained_cfg_overlay=dict(file=str(path)))
     tool = [sys.executable, str(ROOT / 'tools' / 'convert_checkpoint.py')]
     out = subprocess.run(tool + [str(path), str(tmp_path / 'x.safetensors'), '--ema'], capture_output=True, text=True)
-    assert out.returncode == 1 and 'no EMA weights' in out.stderr
+    assert out.returncode == 2 and 'no EMA weights' in out.stderr
     assert not (tmp_path / 'x.safetensors').exists()
 
 

@@ -128,7 +128,7 @@ def test_a_folder_is_replaced_only_by_a_complete_one(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ['folder', 'm.pth', 'xt.pth']
     broken = {k: v for k, v in model.state_dict().items() if k != 'layers.1.blocks.0.attn.qkvg.weight'}
     torch.save({'model': broken}, tmp_path / 'broken.pth')
-    assert CONVERT([str(tmp_path / 'broken.pth'), str(tmp_path / 'folder')]) == 1
+    assert CONVERT([str(tmp_path / 'broken.pth'), str(tmp_path / 'folder')]) == 2
     assert json.loads((tmp_path / 'folder' / 'config.json').read_text())['architecture'] == 'nalaformer_xt'
 
 

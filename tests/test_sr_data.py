@@ -196,7 +196,7 @@ def test_converter_writes_matlab_bicubic_and_never_overwrites(tmp_path):
     other.write_text('keep')
     before = mine.read_bytes()
     result = subprocess.run(run, capture_output=True, text=True)
-    assert result.returncode == 1 and 'exist already' in result.stderr and '--overwrite' in result.stderr
+    assert result.returncode == 2 and 'exist already' in result.stderr and '--overwrite' in result.stderr
     assert mine.read_bytes() == before
     assert subprocess.run(run + ['--overwrite'], capture_output=True).returncode == 0
     assert np.array_equal(np.asarray(Image.open(mine)), imresize(images['a'][:30, :44], 1 / 2))

@@ -131,6 +131,6 @@ def test_sr_demo_upscales_an_odd_sized_image(trained, tmp_path):
             assert np.abs(np.asarray(Image.open(out)).astype(int) - expected).max() <= 1  # float round-off only
     before = whole.read_bytes()
     result = demo(whole)
-    assert result.returncode != 0 and 'exists already; pass --overwrite' in result.stderr
+    assert result.returncode != 0 and 'exists; pass --overwrite' in result.stderr
     assert whole.read_bytes() == before
     assert demo(whole, '--overwrite').returncode == 0

@@ -15,12 +15,14 @@ Any checkpoint of ours or the release's is read without unpickling arbitrary obj
 checkpoints from tools/train.py (classification or dense: the backbone's weights are taken),
 .safetensors, bare, DDP and release state dicts. ``--ema`` takes the EMA weights and fails if the
 file has none. The model definition a checkpoint records (timm name, attn_types, kernel_kwargs) is
-kept in the output; writes are atomic.
+kept in the output; writes are atomic. An existing destination file is replaced only with
+``--overwrite``; a destination folder must be absent, empty or a timm folder (which is replaced).
 """
 import argparse
 import sys
 
-from nalaformer.checkpoint import CheckpointError, convert_checkpoint
+from nalaformer.checkpoint import convert_checkpoint
+from nalaformer.errors import UserError, report
 
 
 def main(argv=None):
@@ -29,12 +31,13 @@ def main(argv=None):
     parser.add_argument('dst', help='what to write: its suffix picks the format (.safetensors, .pth); '
                                     'no suffix: a timm folder')
     parser.add_argument('--ema', action='store_true', help='write the EMA weights (an error if there are none)')
+    parser.add_argument('--overwrite', action='store_true',
+                        help='replace an existing destination file, or a destination folder that is not a timm folder')
     args = parser.parse_args(argv)
     try:
-        described = convert_checkpoint(args.src, args.dst, ema=args.ema)
-    except (CheckpointError, FileNotFoundError) as e:
-        print(f'error: {e}', file=sys.stderr)
-        return 1
+        described = convert_checkpoint(args.src, args.dst, ema=args.ema, overwrite=args.overwrite)
+    except UserError as e:  # the arguments are wrong: one line; bugs keep their traceback
+        return report(e)
     print(f'wrote {args.dst} ({"EMA" if args.ema else "raw"} weights): {described}')
     return 0
 

@@ -5,13 +5,22 @@
 
 Use the config the checkpoint was trained with (tools/train.py saves it in the work dir); class
 names come from the checkpoint. mmdet's init_detector / inference_detector and DetLocalVisualizer.
+--out is checked before the model is built (an existing file is replaced only with --overwrite) and
+written atomically.
 """
 import argparse
+import os.path as osp
+import sys
 
 import mmcv
 import torch
 from mmdet.apis import inference_detector, init_detector
 from mmdet.registry import VISUALIZERS
+
+from nalaformer.checkpoint import Checkpoint
+from nalaformer.engine.launch import load_config
+from nalaformer.errors import ConfigError, run_tool
+from nalaformer.files import atomic_file, check_file_destination
 
 
 def parse_args(argv=None):
@@ -20,6 +29,7 @@ def parse_args(argv=None):
     parser.add_argument('config', help='detection config file')
     parser.add_argument('checkpoint', help='checkpoint written by tools/train.py')
     parser.add_argument('--out', required=True, help='output image (.png, .jpg)')
+    parser.add_argument('--overwrite', action='store_true', help='replace --out if it exists')
     parser.add_argument('--device', default='cuda:0' if torch.cuda.is_available() else 'cpu')
     parser.add_argument('--score-thr', type=float, default=0.3, help='draw predictions scoring at least this')
     return parser.parse_args(argv)
@@ -27,16 +37,23 @@ def parse_args(argv=None):
 
 def main(argv=None):
     args = parse_args(argv)
-    model = init_detector(args.config, args.checkpoint, device=args.device)  # the config imports nalaformer.dense
+    check_file_destination(args.out, args.overwrite, '--out', 'demo_pred.png',
+                           inputs=(args.image, args.config, args.checkpoint))
+    if not osp.isfile(args.image):
+        raise ConfigError(f'image {args.image} does not exist')
+    cfg = load_config(args.config)
+    Checkpoint.read(args.checkpoint)  # a missing, damaged or foreign file is named before the model is built
+    model = init_detector(cfg, args.checkpoint, device=args.device)  # the config imports nalaformer.dense
     result = inference_detector(model, args.image)
     visualizer = VISUALIZERS.build(model.cfg.visualizer)
     visualizer.dataset_meta = model.dataset_meta
     image = mmcv.imread(args.image, channel_order='rgb')
-    visualizer.add_datasample('prediction', image, data_sample=result, draw_gt=False,
-                              pred_score_thr=args.score_thr, out_file=args.out)
+    with atomic_file(args.out) as tmp:
+        visualizer.add_datasample('prediction', image, data_sample=result, draw_gt=False,
+                                  pred_score_thr=args.score_thr, out_file=str(tmp))
     kept = int((result.pred_instances.scores >= args.score_thr).sum())
     print(f'{kept} detections with score >= {args.score_thr} drawn to {args.out}')
 
 
 if __name__ == '__main__':
-    main()
+    sys.exit(run_tool(main))  # the arguments are wrong: one line, exit code 2; bugs keep their traceback

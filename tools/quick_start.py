@@ -11,6 +11,10 @@ Every step is one of the project's tools, printed before it runs, so each can be
 3. ``tools/test.py`` evaluates the last checkpoint on the test split;
 4. ``tools/convert_checkpoint.py`` writes it as a timm folder (``timm.create_model('local-dir:...')``);
 5. ``tools/analysis/attention_entropy.py`` plots the trained model's attention entropy against query norm.
+
+Running it again continues where it stopped and writes its outputs again. ``--work-dir`` must be new,
+empty or a quick start's (it holds the run's config); ``--data`` is written only where the converter may
+(absent, empty or its own earlier copy): other folders are left alone.
 """
 import argparse
 import json
@@ -18,6 +22,8 @@ import shlex
 import subprocess
 import sys
 from pathlib import Path
+
+from nalaformer.errors import DestinationError, run_tool
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIG = ROOT / 'configs' / 'nalaformer' / 'nalaformer-pico_1xb64-10e_fashion-mnist-32px.py'
@@ -31,7 +37,24 @@ def step(title: str, *command) -> None:
     print(f'\n== {title}\n$ {shlex.join(command)}', flush=True)
     code = subprocess.run(command, cwd=ROOT).returncode
     if code:
-        sys.exit(f'quick start stopped: the step "{title}" failed (exit code {code}); its output is above')
+        print(f'quick start stopped: the step "{title}" failed (exit code {code}); its output is above',
+              file=sys.stderr)
+        sys.exit(code)
+
+
+def check_work_dir(work: Path, data: Path) -> None:
+    """The quick start writes (and rewrites) only in a work dir of its own: new, empty, or one where its
+    training run left the config (tools/train.py copies it there)."""
+    if work == data or work in data.parents or data in work.parents:
+        raise DestinationError(f'--work-dir {work} and --data {data} overlap: the run would write into the dataset '
+                               f'(or the dataset into the run); give them separate folders')
+    if work.exists() and not work.is_dir():
+        raise DestinationError(f'--work-dir {work} is a file; give a folder')
+    entries = sorted(p.name for p in work.iterdir()) if work.is_dir() else []
+    if entries and CONFIG.name not in entries:
+        raise DestinationError(f'--work-dir {work} holds other files ({", ".join(entries[:5])}) and no quick start '
+                               f'run (no {CONFIG.name}); the quick start would write among them: give a new or '
+                               f'empty --work-dir')
 
 
 def is_prepared(data: Path) -> bool:
@@ -50,6 +73,7 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     work, data = args.work_dir.resolve(), args.data.resolve()
     python = sys.executable
+    check_work_dir(work, data)
 
     if not is_prepared(data):
         step('prepare the data', python, ROOT / 'tools' / 'dataset_converters' / 'fashion_mnist_to_imagefolder.py',
@@ -60,7 +84,7 @@ def main(argv=None) -> int:
     checkpoint = work / f'epoch_{EPOCHS}.pth'
     metrics_file = work / 'test_metrics.json'
     step('evaluate the checkpoint on the test split', python, ROOT / 'tools' / 'test.py', CONFIG, checkpoint,
-         '--work-dir', work / 'test', '--out-json', metrics_file, '--cfg-options', *roots)
+         '--work-dir', work / 'test', '--out-json', metrics_file, '--overwrite', '--cfg-options', *roots)
     folder = work / 'timm_folder'
     step('export it as a timm folder', python, ROOT / 'tools' / 'convert_checkpoint.py', checkpoint, folder)
     images = sorted((data / 'val').glob('*/*.png'))[::1000][:8]  # one image of each of 8 classes
@@ -80,4 +104,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == '__main__':
-    sys.exit(main())
+    sys.exit(run_tool(main))

@@ -18,10 +18,12 @@ from mmengine.config import DictAction
 from mmengine.registry import MODELS
 
 import nalaformer.engine  # noqa: F401  (registers SRModel)
-from nalaformer.checkpoint import Checkpoint, CheckpointError, load_checkpoint_into
+from nalaformer.checkpoint import Checkpoint, load_checkpoint_into
 from nalaformer.datasets.super_resolution import save_image
-from nalaformer.engine.launch import ConfigError, load_config
-from nalaformer.engine.sr_data import SRDataError, read_image
+from nalaformer.engine.launch import load_config
+from nalaformer.engine.sr_data import read_image
+from nalaformer.errors import ConfigError, run_tool
+from nalaformer.files import check_file_destination
 
 
 def parse_args(argv=None):
@@ -39,21 +41,11 @@ def parse_args(argv=None):
     return parser.parse_args(argv)
 
 
-def check_output(path: str, overwrite: bool) -> None:
-    """Before any work: OUT must be a new file in an existing folder (or --overwrite an existing file)."""
-    if osp.isdir(path):
-        raise ConfigError(f'output {path} is a folder; give an image file name such as {osp.join(path, "out.png")}')
-    if osp.exists(path) and not overwrite:
-        raise ConfigError(f'output {path} exists already; pass --overwrite to replace it')
-    if not osp.isdir(osp.dirname(osp.abspath(path))):
-        raise ConfigError(f'the folder of output {path} does not exist')
-    if Path(path).suffix.lower() not in ('.png', '.jpg', '.jpeg', '.bmp', '.tif', '.tiff', '.webp', '.ppm'):
-        raise ConfigError(f'output {path}: give an image extension (.png, .jpg, ...)')
-
-
 def main(argv=None):
     args = parse_args(argv)
-    check_output(args.out, args.overwrite)
+    check_file_destination(args.out, args.overwrite, 'OUT', 'out.png', inputs=(args.image, args.config, args.checkpoint))
+    if Path(args.out).suffix.lower() not in ('.png', '.jpg', '.jpeg', '.bmp', '.tif', '.tiff', '.webp', '.ppm'):
+        raise ConfigError(f'OUT {args.out}: give an image extension (.png, .jpg, ...)')
     cfg = load_config(args.config, args.cfg_options)
     if cfg.model.get('type') != 'SRModel':
         raise ConfigError(f'{args.config} is not a super-resolution config (model.type {cfg.model.get("type")!r})')
@@ -80,7 +72,4 @@ def main(argv=None):
 
 
 if __name__ == '__main__':
-    try:
-        main()
-    except (ConfigError, CheckpointError, SRDataError) as e:  # what the user gave is wrong
-        sys.exit(f'error: {e}')
+    sys.exit(run_tool(main))  # what the user gave is wrong: one line, exit code 2; bugs keep their traceback

@@ -9,9 +9,13 @@ load into the model they were written from; other weights (the release's .pth, .
 converted files, timm folders) go through the model's checkpoint filter, which rejects other variants. ``--ema``
 evaluates the checkpoint's EMA weights (an error if it has none). A checkpoint that records other
 ``attn_types`` / ``kernel_kwargs`` than the config's model fails, naming both, unless
-``--accept-definition-change``.
+``--accept-definition-change``. An ImageFolder test split must have the classes the checkpoint was
+trained with (recorded by tools/train.py), else indices would shift. Outputs (``--out-json``,
+``--show-dir``) are checked before the evaluation and written atomically; existing ones are replaced
+only with ``--overwrite``.
 """
 import argparse
+import contextlib
 import json
 import os.path as osp
 import sys
@@ -20,11 +24,13 @@ import numpy as np
 from mmengine.config import DictAction
 
 import nalaformer.engine  # noqa: F401
-from nalaformer.checkpoint import Checkpoint, CheckpointError, load_checkpoint_into
+from nalaformer.checkpoint import Checkpoint, load_checkpoint_into
 from nalaformer.engine.launch import (
-    ConfigError, apply_thread_policy, build_runner, check_dataset_files, finalize_config, load_config,
+    apply_thread_policy, build_runner, check_dataset_files, finalize_config, load_config,
 )
 from nalaformer.engine.sr_metrics import report_lines
+from nalaformer.errors import ConfigError, run_tool
+from nalaformer.files import atomic_file, atomic_folder, check_file_destination, check_folder_destination
 
 
 def parse_args(argv=None):
@@ -45,17 +51,33 @@ def parse_args(argv=None):
     parser.add_argument('--threads', type=int, metavar='N',
                         help="CPU threads (default: the config's env_cfg.threads, else the cores that other "
                              "processes leave free; OMP_NUM_THREADS wins over both)")
+    parser.add_argument('--overwrite', action='store_true',
+                        help='replace an existing --out-json file or a --show-dir folder that holds files')
     parser.add_argument('--cfg-options', nargs='+', action=DictAction, help='override config keys: key=value ...')
     parser.add_argument('--launcher', choices=['none', 'pytorch', 'slurm', 'mpi'], default='none')
     parser.add_argument('--local-rank', '--local_rank', type=int, default=0)
     return parser.parse_args(argv)
 
 
+def trained_classes(checkpoint: Checkpoint):
+    """The class names a tools/train.py checkpoint was trained with (mmengine records the training dataset's
+    metainfo), or None."""
+    meta = checkpoint.content.get('meta')
+    dataset_meta = meta.get('dataset_meta') if isinstance(meta, dict) else None
+    return dataset_meta.get('classes') if isinstance(dataset_meta, dict) else None
+
+
 def main(argv=None):
     args = parse_args(argv)
     cfg = finalize_config(load_config(args.config, args.cfg_options), args.config, args.work_dir, args.launcher)
-    if not osp.exists(args.checkpoint):
-        raise ConfigError(f'checkpoint {args.checkpoint} does not exist')
+    if args.out_json:
+        check_file_destination(args.out_json, args.overwrite, '--out-json', 'metrics.json',
+                               inputs=(args.config, args.checkpoint))
+    if args.show_dir:
+        if 'visualization' not in (cfg.get('default_hooks') or {}):
+            raise ConfigError(f'--show-dir: {args.config} draws no predictions (no default_hooks.visualization: '
+                              f'segmentation and detection configs have one)')
+        check_folder_destination(args.show_dir, args.overwrite, '--show-dir')
     checkpoint = Checkpoint.read(args.checkpoint)
     classification = cfg.model.get('type') == 'TimmClassifier'
     single_model = classification or cfg.model.get('type') == 'SRModel'  # the model's kwargs sit under model.
@@ -66,37 +88,37 @@ def main(argv=None):
     cfg.load_from = None
     if classification:
         cfg.model.pretrained = None
-    if args.show_dir and cfg.default_hooks.visualization.type.endswith('SegVisualizationHook'):
-        # mmseg's hook draws every `interval`-th image through the visualizer: <show-dir>/vis_data/vis_image
-        cfg.default_hooks.visualization.update(draw=True, interval=1)
-        cfg.visualizer.save_dir = args.show_dir
-    elif args.show_dir:
-        # absolute: mmdet's DetVisualizationHook joins a relative dir onto work_dir/timestamp at every iteration
-        cfg.default_hooks.visualization.update(draw=True, test_out_dir=osp.abspath(args.show_dir))
     if args.tta:
         if not {'tta_model', 'tta_pipeline'} <= set(cfg):
             raise ConfigError('--tta: this config defines no tta_model and tta_pipeline')
         cfg.test_dataloader.dataset.pipeline = cfg.tta_pipeline
         cfg.model = dict(cfg.tta_model, module=cfg.model)
-    check_dataset_files(cfg, ('test',))
-    threads = apply_thread_policy(cfg, args.threads)
-    runner = build_runner(cfg)
-    runner.logger.info(threads)
-    load_checkpoint_into(runner.model, checkpoint, ema=args.ema, accept_definition_change=args.accept_definition_change,
-                         cfg_prefix='model.' if single_model else 'model.backbone.')
-    metrics = runner.test()
+    check_dataset_files(cfg, ('test',), trained_classes(checkpoint), str(args.checkpoint))
+    # visualisations go to a folder beside --show-dir that replaces it when the evaluation completes
+    with atomic_folder(args.show_dir) if args.show_dir else contextlib.nullcontext() as show_dir:
+        if show_dir and cfg.default_hooks.visualization.type.endswith('SegVisualizationHook'):
+            # mmseg's hook draws every `interval`-th image through the visualizer: <show-dir>/vis_data/vis_image
+            cfg.default_hooks.visualization.update(draw=True, interval=1)
+            cfg.visualizer.save_dir = str(show_dir)
+        elif show_dir:
+            # absolute: mmdet's DetVisualizationHook joins a relative dir onto work_dir/timestamp at every iteration
+            cfg.default_hooks.visualization.update(draw=True, test_out_dir=osp.abspath(show_dir))
+        threads = apply_thread_policy(cfg, args.threads)
+        runner = build_runner(cfg)
+        runner.logger.info(threads)
+        load_checkpoint_into(runner.model, checkpoint, ema=args.ema,
+                             accept_definition_change=args.accept_definition_change,
+                             cfg_prefix='model.' if single_model else 'model.backbone.')
+        metrics = runner.test()
     print({k: round(float(v), 4) if isinstance(v, (float, np.floating)) else v for k, v in metrics.items()})
     for line in report_lines(metrics):  # super-resolution: one line per test set
         print(line)
     if args.out_json:
-        with open(args.out_json, 'w') as f:
+        with atomic_file(args.out_json) as tmp, open(tmp, 'w') as f:
             json.dump({k: float(v) if isinstance(v, (float, np.floating)) else v for k, v in metrics.items()}, f,
                       indent=1)
     return metrics
 
 
 if __name__ == '__main__':
-    try:
-        main()
-    except (ConfigError, CheckpointError) as e:  # the arguments are wrong; anything else keeps its traceback
-        sys.exit(f'error: {e}')
+    sys.exit(run_tool(main))  # the arguments are wrong: one line, exit code 2; anything else keeps its traceback

@@ -2,22 +2,23 @@
 
     python tools/train.py configs/nalaformer/nalaformer-t_8xb128_in1k.py
     python tools/train.py CONFIG --resume                 # from the last checkpoint in the work dir
+    python tools/train.py CONFIG --work-dir W --overwrite # a new run where W holds another run's checkpoints
     python tools/train.py CONFIG --amp --cfg-options train_dataloader.batch_size=64
     torchrun --nproc_per_node 8 tools/train.py CONFIG --launcher pytorch   (or tools/dist_train.sh)
 """
 import argparse
-import os.path as osp
 import sys
 import warnings
 
 from mmengine.config import DictAction
 
 import nalaformer.engine  # noqa: F401  (registers models, datasets, hooks, metrics, runner)
-from nalaformer.checkpoint import CheckpointError
-from nalaformer.engine import DivergenceError, Preempted
+from nalaformer.engine import Preempted
 from nalaformer.engine.launch import (
-    ConfigError, apply_amp, apply_thread_policy, build_runner, check_dataset_files, finalize_config, load_config,
+    apply_amp, apply_thread_policy, build_runner, check_dataset_files, finalize_config, load_config,
 )
+from nalaformer.engine.work_dir import prepare_work_dir
+from nalaformer.errors import run_tool
 
 
 def parse_args(argv=None):
@@ -26,6 +27,8 @@ def parse_args(argv=None):
     parser.add_argument('--work-dir', help='where logs and checkpoints go (default: work_dirs/<config name>)')
     parser.add_argument('--resume', nargs='?', const='auto', metavar='CKPT',
                         help='resume from CKPT, or from the latest checkpoint in the work dir when no path is given')
+    parser.add_argument('--overwrite', action='store_true',
+                        help='start a new run in a work dir that holds another run\'s checkpoints (they are deleted)')
     parser.add_argument('--amp', nargs='?', const='bfloat16', choices=['bfloat16', 'float16'],
                         help='mixed precision (attention math stays fp32); default bfloat16')
     parser.add_argument('--auto-scale-lr', action='store_true',
@@ -53,12 +56,6 @@ def add_wandb(cfg, project: str) -> None:
 def main(argv=None):
     args = parse_args(argv)
     cfg = finalize_config(load_config(args.config, args.cfg_options), args.config, args.work_dir, args.launcher)
-    if args.resume == 'auto':
-        cfg.resume, cfg.load_from = True, None
-    elif args.resume:
-        if not osp.isfile(args.resume):
-            raise ConfigError(f'--resume {args.resume}: no such checkpoint file')
-        cfg.resume, cfg.load_from = True, args.resume
     if args.amp:
         apply_amp(cfg, args.amp)
     if args.auto_scale_lr:
@@ -69,6 +66,7 @@ def main(argv=None):
     if args.wandb:
         add_wandb(cfg, args.wandb)
     check_dataset_files(cfg, ('train', 'val'))
+    prepare_work_dir(cfg, args.config, args.resume, args.overwrite)  # last check: with --overwrite it deletes
     threads = apply_thread_policy(cfg, args.threads)
     runner = build_runner(cfg)
     runner.logger.info(threads)
@@ -77,9 +75,7 @@ def main(argv=None):
 
 if __name__ == '__main__':
     try:
-        main()
-    except (ConfigError, CheckpointError, DivergenceError) as e:  # the user's to fix; anything else keeps its traceback
-        sys.exit(f'error: {e}')
+        sys.exit(run_tool(main))  # what the user asked for is wrong: one line, exit code 2; bugs keep their traceback
     except Preempted as e:  # a checkpoint was written: exit as a signal-terminated process would
         print(e, file=sys.stderr)
         sys.exit(e.exit_code)

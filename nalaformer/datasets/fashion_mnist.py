@@ -1,5 +1,6 @@
 """Fashion-MNIST from its IDX files (Debian's ``dataset-fashion-mnist`` installs them)."""
 import gzip
+import json
 from pathlib import Path
 from typing import Dict, Optional, Sequence, Tuple
 
@@ -7,11 +8,38 @@ import numpy as np
 from PIL import Image
 from tqdm import tqdm
 
-from ..files import atomic_folder
+from ..errors import DatasetError
+from ..files import atomic_folder, check_folder_destination
 
 CLASSES = ('t-shirt', 'trouser', 'pullover', 'dress', 'coat', 'sandal', 'shirt', 'sneaker', 'bag', 'ankle-boot')
 DEFAULT_SRC = '/usr/share/datasets/fashion-mnist'
 _FILE_PREFIX = {'train': 'train', 'test': 't10k'}
+# Written into every dataset folder made here: what wrote it and how many images each split holds, so that
+# it can be written again (replaced) while a folder with anything else in it is left alone.
+MARKER = 'nalaformer_dataset.json'
+
+
+def is_written_dataset(folder: Path) -> bool:
+    """``folder`` is a dataset written here, unchanged: its marker, its splits and nothing else, each split
+    holding the number of images the marker records."""
+    try:
+        written = json.loads((folder / MARKER).read_text())['images']
+    except (OSError, ValueError, KeyError, TypeError):
+        return False
+    if {p.name for p in folder.iterdir()} != {MARKER, *written}:
+        return False
+    return all(sum(1 for p in (folder / split).rglob('*') if p.is_file()) == n for split, n in written.items())
+
+
+def _write_marker(folder: Path, writer: str, written: Dict[str, int]) -> None:
+    (folder / MARKER).write_text(json.dumps({'writer': writer, 'images': written}, indent=1) + '\n')
+
+
+def check_dataset_destination(out, overwrite: bool = False) -> Path:
+    """``out`` may be written: absent, empty, a dataset written here earlier, or anything with ``overwrite``."""
+    return check_folder_destination(out, overwrite, 'the output folder', replaceable=is_written_dataset,
+                                    kind=f'a dataset written by nalaformer.datasets as it was written (its {MARKER} '
+                                         f'records what it holds)')
 
 
 def _read_idx(path: Path) -> np.ndarray:
@@ -29,17 +57,18 @@ def read_fashion_mnist(src=DEFAULT_SRC, split: str = 'train') -> Tuple[np.ndarra
     files = [Path(src) / f'{prefix}-{kind}-idx{ndim}-ubyte.gz' for kind, ndim in (('images', 3), ('labels', 1))]
     missing = [str(p) for p in files if not p.is_file()]
     if missing:
-        raise FileNotFoundError(f'Fashion-MNIST files missing: {missing}; install them with '
+        raise DatasetError(f'Fashion-MNIST files missing: {missing}; install them with '
                                 f'`apt-get install dataset-fashion-mnist` (bash scripts/setup.sh does) or pass --src DIR')
     return _read_idx(files[0]), _read_idx(files[1])
 
 
 def write_imagefolder(out, src=DEFAULT_SRC, train_per_class: Optional[int] = 600,
-                      val_per_class: Optional[int] = None) -> Dict[str, int]:
+                      val_per_class: Optional[int] = None, overwrite: bool = False) -> Dict[str, int]:
     """Write ``out/{train,val}/<class>/<index>.png`` (val = the test split), the layout every classification
     config reads; ``*_per_class`` None takes every image. Written into a temporary folder that is renamed
-    into place, so an interrupted run never leaves a partial dataset. Returns the images per split."""
-    out = Path(out)
+    into place, so an interrupted run never leaves a partial dataset. ``out`` must be absent, empty or a
+    dataset written here (:func:`check_dataset_destination`). Returns the images per split."""
+    out = check_dataset_destination(out, overwrite)
     splits = {'train': (read_fashion_mnist(src, 'train'), train_per_class),
               'val': (read_fashion_mnist(src, 'test'), val_per_class)}
     written = {}
@@ -51,12 +80,13 @@ def write_imagefolder(out, src=DEFAULT_SRC, train_per_class: Optional[int] = 600
             for i in tqdm(chosen, desc=f'Fashion-MNIST {split} -> {out / split}', unit='img'):
                 Image.fromarray(images[i]).save(tmp / split / CLASSES[labels[i]] / f'{i:05d}.png')
             written[split] = len(chosen)
+        _write_marker(tmp, 'nalaformer.datasets.write_imagefolder (Fashion-MNIST)', written)
     return written
 
 
 def write_brightest_of_four(out, src: Optional[str] = None, train_per_class: int = 600,
                             val_per_class: Optional[int] = 1000, seed: int = 0,
-                            dim: Sequence[float] = (0.3, 0.55)) -> Dict[str, int]:
+                            dim: Sequence[float] = (0.3, 0.55), overwrite: bool = False) -> Dict[str, int]:
     """A harder real-pixel task built from Fashion-MNIST: a 2x2 mosaic (32x32) of four items (16x16 each,
     random classes and places); one is shown at full contrast, the other three dimmed to a random
     ``dim`` fraction; the label is the class of the bright one.
@@ -64,8 +94,9 @@ def write_brightest_of_four(out, src: Optional[str] = None, train_per_class: int
     Which item counts depends on a comparison over the whole image, so the model has to select one
     region and ignore the others (a sharp, content-dependent pooling: what attention provides) rather
     than average all the items' features. Training mosaics use the train split, val ones the test
-    split. Same ``out/{train,val}/<class>/*.png`` layout as :func:`write_imagefolder`.
+    split. Same ``out/{train,val}/<class>/*.png`` layout (and destination rule) as :func:`write_imagefolder`.
     """
+    out = check_dataset_destination(out, overwrite)
     rng = np.random.default_rng(seed)
     written = {}
     with atomic_folder(out) as tmp:
@@ -90,4 +121,5 @@ def write_brightest_of_four(out, src: Optional[str] = None, train_per_class: int
                         tmp / split / name / f'{j:05d}.png')
                     count += 1
             written[split] = count
+        _write_marker(tmp, 'nalaformer.datasets.write_brightest_of_four', written)
     return written

@@ -22,6 +22,7 @@ from tqdm import tqdm
 
 from ..engine.sr_data import image_files, read_image
 from ..engine.sr_metrics import calculate_psnr
+from ..errors import ConfigError, DatasetError, DestinationError
 from ..files import atomic_folder
 from ..imresize import imresize
 
@@ -64,11 +65,11 @@ def write_lr_images(hr_dir: PathLike, lr_root: PathLike, scales: Iterable[int] =
     hr_files, lr_root, scales = image_files(Path(hr_dir)), Path(lr_root), sorted(set(scales))
     bad = [s for s in scales if not (isinstance(s, int) and s >= 2)]
     if bad:
-        raise ValueError(f'scales must be integers >= 2, got {bad}')
+        raise ConfigError(f'scales must be integers >= 2, got {bad}')
     outputs = [(hr, s, lr_path(lr_root, hr.stem, s)) for hr in hr_files for s in scales]
     existing = [str(out) for _, _, out in outputs if out.exists()]
     if existing and not overwrite:
-        raise FileExistsError(f'{len(existing)} of the LR images to write exist already ({existing[0]}, ...); '
+        raise DestinationError(f'{len(existing)} of the LR images to write exist already ({existing[0]}, ...); '
                               f'pass --overwrite to replace them')
     for s in scales:
         (lr_root / f'X{s}').mkdir(parents=True, exist_ok=True)
@@ -81,7 +82,7 @@ def write_lr_images(hr_dir: PathLike, lr_root: PathLike, scales: Iterable[int] =
 
 def refuse_existing(path: Path, overwrite: bool) -> None:
     if path.exists() and not overwrite:
-        raise FileExistsError(f'{path} exists already; pass overwrite=True (--overwrite) to replace it')
+        raise DestinationError(f'{path} exists already; pass overwrite=True (--overwrite) to replace it')
 
 
 def detailed_tiles(image: np.ndarray, tile: int, max_bicubic_psnr: float) -> Iterable[np.ndarray]:
@@ -107,7 +108,7 @@ def write_photo_training_set(out: PathLike, scales: Sequence[int] = (2, 3, 4), s
     """
     src, folder = Path(src), Path(out) / 'DIV2K'
     if not src.is_dir():
-        raise FileNotFoundError(f'{src} does not exist: install the photographs with `apt-get install '
+        raise DatasetError(f'{src} does not exist: install the photographs with `apt-get install '
                                 f'mate-backgrounds` (bash scripts/setup.sh does) or pass another folder')
     refuse_existing(folder, overwrite)
     with atomic_folder(folder) as tmp:
@@ -126,7 +127,7 @@ def unseen_images() -> Dict[str, np.ndarray]:
     """The four unseen photographs, (H, W, 3) uint8 each."""
     from skimage import data
     if not BUTTERFLY.is_file():
-        raise FileNotFoundError(f'{BUTTERFLY} does not exist: install it with `apt-get install opencv-doc` '
+        raise DatasetError(f'{BUTTERFLY} does not exist: install it with `apt-get install opencv-doc` '
                                 f'(bash scripts/setup.sh does)')
     images = {'butterfly': read_image(BUTTERFLY)}
     images.update({name: getattr(data, name)() for name in SKIMAGE_IMAGES})

@@ -13,7 +13,7 @@ import os.path as osp
 
 import numpy as np
 import torch
-from mmengine.dist import all_gather_object, get_world_size, is_main_process
+from mmengine.dist import all_gather_object, get_world_size, is_main_process, master_only
 from mmengine.hooks import Hook
 from mmengine.logging import HistoryBuffer
 from mmengine.model import is_model_wrapper
@@ -22,8 +22,10 @@ from mmengine.registry import HOOKS, RUNNERS
 from mmengine.runner import CheckpointLoader, Runner
 
 from ..checkpoint import (
-    Checkpoint, CheckpointError, check_recorded_definitions, model_definitions, newest_readable_checkpoint,
+    Checkpoint, CorruptCheckpointError, NotResumableError, check_recorded_definitions, model_definitions,
+    newest_readable_checkpoint,
 )
+from ..files import atomic_file, same_path
 from .loops import capture_rng
 
 # mmengine's loops -> the ones that resume from any iteration (nalaformer.engine.loops)
@@ -78,15 +80,33 @@ def load_runner_checkpoint(filename: str, map_location=None) -> dict:
     """mmengine's loader for local files: safe reading; a damaged file names the checkpoint to resume from."""
     try:
         return Checkpoint.read(filename).content
-    except CheckpointError as e:
-        if 'truncated or corrupt' not in str(e):
-            raise
+    except CorruptCheckpointError as e:
         directory = osp.dirname(osp.abspath(filename))
         previous = newest_readable_checkpoint(directory, exclude=[filename])
         advice = (f'the newest readable checkpoint in {directory} is {previous}: resume from it with '
                   f'--resume {previous}' if previous else
                   f'{directory} holds no other readable checkpoint: start again without --resume')
-        raise CheckpointError(f'{e}; {advice}') from e
+        raise CorruptCheckpointError(f'{e}; {advice}') from e
+
+
+def check_resumable(filename: str) -> dict:
+    """Raise :class:`NotResumableError` unless ``filename`` holds a training state that mmengine can resume
+    (weights, optimizer, message hub, epoch and iteration: an ``epoch_*.pth`` / ``iter_*.pth`` of tools/train.py);
+    returns its content."""
+    content = load_runner_checkpoint(filename)
+    meta = content.get('meta')
+    if not (isinstance(content.get('state_dict'), dict) and isinstance(meta, dict) and 'epoch' in meta):
+        raise NotResumableError(
+            f'{filename} holds weights only, not a training state (optimizer, epoch, iteration), so --resume cannot '
+            f'continue from it. To start a new training from these weights: --cfg-options model.pretrained={filename} '
+            f'(dense tasks: model.backbone.init_cfg.checkpoint={filename}); load_from takes checkpoints written by '
+            f'tools/train.py')
+    if 'optimizer' not in content or 'message_hub' not in content:
+        raise NotResumableError(
+            f'{filename} holds no optimizer state (a best-metric checkpoint?), so --resume cannot continue from it: '
+            f'resume from an epoch_*.pth or iter_*.pth of the run, or start a new training from its weights with '
+            f'--cfg-options load_from={filename}')
+    return content
 
 
 @RUNNERS.register_module()
@@ -104,6 +124,19 @@ class NaLaRunner(Runner):
         CheckpointLoader.register_scheme(prefixes='', loader=load_runner_checkpoint, force=True)
         self._resumed_rng_states = None
         super().__init__(*args, **kwargs)
+
+    @master_only
+    def dump_config(self) -> None:
+        """mmengine's copy of the config in the work dir, written atomically; where the work dir holds a copy
+        of another run's (an evaluation in a training run's work dir, a new run beside an earlier one) or the
+        config file itself, it goes into this run's log folder instead: no run replaces another's record, nor
+        the user's config by its merged copy."""
+        name = osp.basename(self.cfg.filename) if self.cfg.filename else f'{self.timestamp}.py'
+        path = osp.join(self.work_dir, name)
+        if osp.exists(path) and (not self._resume or (self.cfg.filename and same_path(path, self.cfg.filename))):
+            path = osp.join(self.log_dir, name)
+        with atomic_file(path) as tmp:
+            self.cfg.dump(str(tmp))
 
     def _unwrapped_model(self) -> torch.nn.Module:
         return self.model.module if is_model_wrapper(self.model) else self.model

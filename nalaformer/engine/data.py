@@ -1,9 +1,10 @@
-"""ImageFolder datasets with timm transforms, unreadable training images replaced and counted, and timm's
-repeated-augmentation sampler."""
+"""ImageFolder datasets with timm transforms (folders checked when built, unreadable training images
+replaced and counted), and timm's repeated-augmentation sampler."""
 import logging
 from pathlib import Path
 from typing import Optional
 
+import numpy as np
 from mmengine.dist import get_dist_info, get_world_size
 from mmengine.hooks import Hook
 from mmengine.logging import print_log
@@ -11,6 +12,9 @@ from mmengine.registry import DATA_SAMPLERS, DATASETS, HOOKS
 from PIL import Image
 from timm.data import ImageDataset, create_transform
 from timm.data.distributed_sampler import RepeatAugSampler as TimmRepeatAugSampler
+
+from ..errors import DatasetError
+from .dataset_check import check_split, scan_split
 
 MAX_SUBSTITUTES = 10  # readable images looked for after an unreadable one
 LAYOUT = '<data_root>/<split>/<class_name>/<image>.{jpg,jpeg,png,...} (ImageNet: <root>/train/n01440764/*.JPEG)'
@@ -24,13 +28,19 @@ class ImageFolderDataset:
         data_root: dataset root. split: sub-folder ('train', 'val', ...).
         input_size: crop size (int or (H, W)). is_training: train augmentation (default: split == 'train').
         transform: further ``create_transform`` arguments (auto_augment, re_prob, crop_pct, ...).
-        classes: expected class names; the folder must hold exactly these (fine-tuning safety).
-        skip_unreadable: replace an image that cannot be read by the next readable one (default: when
-            training). Items then carry ``unreadable`` (the path, or ''), which :class:`UnreadableImageHook`
-            counts, logs and limits. Otherwise (evaluation) an unreadable image stops the run, naming it: a
-            metric over other images than asked for would be a wrong answer.
+        classes: the class map: class names in index order. Every class folder must be one of them (a split
+            may lack some, e.g. a val split without images of a class); without it the split's class folders,
+            in timm's order, are the classes, and every split must have the same ones.
 
-    Items are ``dict(inputs=(3, H, W) float tensor, data_samples=class index[, unreadable=path or ''])``.
+    The folder is checked when the dataset is built (:func:`~nalaformer.engine.dataset_check.check_split`):
+    images outside class folders or in sub-folders of them, and empty class folders, are errors naming
+    the folder; what is read and what is not is logged. 16-bit images are scaled to 8 bits (:func:`rgb_image`).
+
+    ``skip_unreadable`` (default: when training): an image that cannot be read is replaced by the next
+    readable one and items carry ``unreadable`` (its path, or ''), which :class:`UnreadableImageHook` counts,
+    logs and limits. Otherwise (evaluation) an unreadable image stops the run, naming it: a metric over other
+    images than asked for would be a wrong answer. Items are ``dict(inputs=(3, H, W) float tensor,
+    data_samples=class index[, unreadable=path or ''])``.
     """
 
     def __init__(self, data_root: str, split: str = 'train', input_size=224, is_training: Optional[bool] = None,
@@ -38,21 +48,20 @@ class ImageFolderDataset:
                  skip_unreadable: Optional[bool] = None):
         folder = Path(data_root) / split
         if not folder.is_dir():
-            raise FileNotFoundError(
+            raise DatasetError(
                 f'dataset folder {folder} does not exist. Expected layout: {LAYOUT}. '
                 f'Set the data root with --cfg-options train_dataloader.dataset.data_root=... '
                 f'(and val_dataloader / test_dataloader).')
+        contents = scan_split(folder)
+        check_split(contents, classes)
+        print_log(contents.describe(), logger='current', level=logging.INFO)
         self.is_training = split == 'train' if is_training is None else is_training
         self.skip_unreadable = self.is_training if skip_unreadable is None else skip_unreadable
         transform = create_transform(input_size, is_training=self.is_training, **(transform or {}))
-        try:
-            self.dataset = ImageDataset(str(folder), transform=transform)
-        except RuntimeError as e:  # timm's reader found no images
-            raise FileNotFoundError(f'no images found under {folder}. Expected layout: {LAYOUT}') from e
-        class_to_idx = self.dataset.reader.class_to_idx
-        if classes is not None and list(classes) != sorted(class_to_idx):
-            raise ValueError(f'{folder} has classes {sorted(class_to_idx)[:10]}, expected {list(classes)[:10]}')
-        self.metainfo = dict(classes=tuple(sorted(class_to_idx, key=class_to_idx.get)))
+        classes = tuple(classes) if classes is not None else tuple(contents.classes)
+        self.dataset = ImageDataset(str(folder), transform=transform,
+                                    class_map={name: i for i, name in enumerate(classes)})
+        self.metainfo = dict(classes=classes)
 
     def __len__(self) -> int:
         return len(self.dataset)
@@ -63,7 +72,7 @@ class ImageFolderDataset:
         path = self.dataset.reader.filename(index, absolute=True)
         try:
             with file, Image.open(file) as image:
-                image = image.convert('RGB')
+                image = rgb_image(image)
         except (OSError, ValueError) as e:
             raise OSError(f'cannot read image {path} (item {index}): {e}. Replace or remove the file.') from e
         return dict(inputs=self.dataset.transform(image), data_samples=target)
@@ -120,6 +129,18 @@ class UnreadableImageHook(Hook):
                           f'the {limit:g} allowed (default_hooks.unreadable: max_fraction={self.max_fraction}, '
                           f'min_count={self.min_count}); replace or remove them: {listed[:50]}'
                           + (f' and {len(listed) - 50} more' if len(listed) > 50 else ''))
+
+
+def rgb_image(image: Image.Image) -> Image.Image:
+    """An image as 8-bit RGB: 16-bit grayscale scaled from 0-65535 (PIL's own conversion clips it at 255,
+    turning most pixels white); modes without a fixed range (32-bit integer, float) are refused."""
+    if image.mode.startswith('I;16'):
+        pixels = np.asarray(image, dtype=np.float64) * (255 / 65535)
+        return Image.fromarray(pixels.round().astype(np.uint8)).convert('RGB')
+    if image.mode in ('I', 'F'):
+        raise ValueError(f'PIL mode {image.mode!r} (32-bit {"integer" if image.mode == "I" else "float"} pixels) has '
+                         f'no fixed value range to map to 8 bits; save the image as 8-bit or 16-bit')
+    return image.convert('RGB')
 
 
 @DATA_SAMPLERS.register_module()

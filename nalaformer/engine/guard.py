@@ -27,12 +27,13 @@ from mmengine.model import is_model_wrapper
 from mmengine.registry import HOOKS
 
 from ..checkpoint import Checkpoint, CheckpointError
+from ..errors import UserError
 
 __all__ = ['DivergenceError', 'NonFiniteGuardHook', 'newest_finite_checkpoint', 'nonfinite_tensors', 'resume_command']
 
 
-class DivergenceError(RuntimeError):
-    """Training stopped because losses, gradients or weights stopped being finite."""
+class DivergenceError(UserError):
+    """Training stopped because losses, gradients or weights stopped being finite (a recipe to fix: one line)."""
 
 
 def nonfinite_tensors(state: Dict[str, torch.Tensor]) -> List[str]:

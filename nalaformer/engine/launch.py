@@ -4,54 +4,213 @@ Problems with the command line or the config raise :class:`ConfigError`, which t
 line; anything raised while training or testing keeps its traceback.
 """
 import difflib
+import inspect
 import logging
 import os.path as osp
-from typing import Optional
+import re
+from typing import Optional, Sequence, Tuple
 
+import timm
 import torch
 from mmengine.config import Config
 from mmengine.logging import print_log
 from mmengine.registry import DATASETS, RUNNERS
 from mmengine.runner import Runner
 
-from ..errors import ConfigError
+from ..errors import ConfigError, DatasetError
 from ..mmcv_build import MmcvOpsError, check_mmcv_ops
 from ..threads import apply_threads
+from .classifier import TimmClassifier
 from .data import LAYOUT as IMAGE_FOLDER_LAYOUT
+from .dataset_check import check_split, class_folders, compare_classes, scan_split
 from .sr_data import SRDataError
+
+_MISSING = object()
+# Registries whose objects configs build from dicts with a ``type`` (the model's are checked by building it).
+_REGISTRIES = ('OPTIMIZERS', 'OPTIM_WRAPPERS', 'HOOKS', 'PARAM_SCHEDULERS', 'DATASETS', 'DATA_SAMPLERS', 'METRICS',
+               'VISUALIZERS', 'VISBACKENDS', 'LOOPS', 'LOG_PROCESSORS')
+# Keys mmengine takes out of such a dict before building (the optimizer wrapper's constructor settings).
+_BUILDER_KEYS = {'_scope_', 'constructor', 'paramwise_cfg'}
+
+
+def _expected_type(old, new) -> Optional[str]:
+    """What a ``--cfg-options`` value replacing ``old`` must be, when ``new`` is not that; else None.
+
+    Strings are not checked (mmengine's parser turns ``split=2017`` into a number and cannot be told
+    otherwise), nor is anything replacing None. A single value may stand for a list of such values
+    (``attn_types=nala``, ``input_size=32``) and a list of values for one (``input_size=[32,48]``).
+    """
+    if old is None or new is None or isinstance(old, str):
+        return None
+    if isinstance(new, (list, tuple)) and not isinstance(old, (list, tuple, dict)):
+        return next((_expected_type(old, item) for item in new if _expected_type(old, item)), None)
+    if isinstance(old, bool):
+        return None if isinstance(new, (bool, str)) else 'True or False'
+    if isinstance(old, (int, float)):
+        return None if isinstance(new, (int, float)) and not isinstance(new, bool) else 'a number'
+    if isinstance(old, dict):
+        return None if isinstance(new, dict) else 'a dict (or None)'
+    if isinstance(old, (list, tuple)):
+        items = [item for item in old if item is not None]
+        kinds = {type(item) if not isinstance(item, (int, float)) or isinstance(item, bool) else float
+                 for item in items}
+        if len(kinds) != 1:  # empty or mixed: nothing to compare with
+            return None
+        for item in new if isinstance(new, (list, tuple)) else [new]:
+            expected = _expected_type(items[0], item)
+            if expected:
+                return f'{expected}, or a list of them'
+    return None
+
+
+# Ranges of well-known settings, by the last part of their key: (smallest value, whole numbers only).
+_RANGES = {'batch_size': (1, True), 'max_epochs': (1, True), 'max_iters': (1, True), 'val_interval': (1, True),
+           'num_workers': (0, True), 'lr': (0, False), 'weight_decay': (0, False), 'momentum': (0, False)}
+
+
+def _range_problem(key: str, value) -> Optional[str]:
+    """Why a number given for ``key`` cannot be meant (NaN anywhere; a batch size of 0, a negative lr, ...)."""
+    values = value if isinstance(value, (list, tuple)) else [value]
+    numbers = [v for v in values if isinstance(v, (int, float)) and not isinstance(v, bool)]
+    if any(v != v for v in numbers):
+        return 'a number, not NaN'
+    minimum, whole = _RANGES.get(key.split('.')[-1], (None, False))
+    if minimum is None:
+        return None
+    if any(v < minimum or v in (float('inf'), float('-inf')) or (whole and v != int(v)) for v in numbers):
+        return f'{"a whole number" if whole else "a finite number"} >= {minimum}'
+    return None
+
+
+def _check_new_argument(key: str, type_name, name: str) -> None:
+    """A ``--cfg-options`` key that adds argument ``name`` to a dict building ``type_name``: named with close
+    names when the class (found in mmengine's registries) does not take it; models are checked by
+    :func:`check_model_keywords`, classes taking ``**kwargs`` by themselves."""
+    import mmengine.registry
+    if not isinstance(type_name, str) or name in _BUILDER_KEYS:
+        return
+    registries = [getattr(mmengine.registry, registry) for registry in _REGISTRIES]
+    cls = next((registry.get(type_name) for registry in registries if registry.get(type_name) is not None), None)
+    if cls is None:
+        return
+    try:
+        parameters = inspect.signature(cls).parameters
+    except (TypeError, ValueError):
+        return
+    if name in parameters or any(p.kind == p.VAR_KEYWORD for p in parameters.values()):
+        return
+    known = [p for p in parameters if p != 'self']
+    close = difflib.get_close_matches(name, known, n=3, cutoff=0.5)
+    hint = f'did you mean {close}?' if close else f'its arguments are {known}'
+    raise ConfigError(f"--cfg-options {key}: {type_name} takes no argument '{name}'; {hint}")
+
+
+def _option_value(cfg: Config, key: str):
+    """The config's value at a dotted ``--cfg-options`` key (``_MISSING`` for a new key inside a dict that
+    builds an object); a key that does not exist is named with close matches."""
+    node, path = cfg.to_dict(), []
+    parts = key.split('.')
+    for part in parts:
+        if isinstance(node, (list, tuple)) and part.isdigit() and int(part) < len(node):
+            node = node[int(part)]
+        elif isinstance(node, dict) and part in node:
+            node = node[part]
+        elif isinstance(node, dict) and 'type' in node:
+            _check_new_argument(key, node['type'], part)
+            return _MISSING  # a new argument (or dict of them) of the object the dict builds
+        else:
+            known = list(node.keys()) if isinstance(node, dict) else []
+            close = difflib.get_close_matches(part, known, n=3)
+            where = '.'.join(path) or 'the top level'
+            hint = f'; did you mean {close}?' if close else f'; keys there: {sorted(known)[:20]}'
+            raise ConfigError(f"--cfg-options {key}: no key '{part}' at {where}{hint}")
+        path.append(part)
+    return node
 
 
 def check_cfg_options(cfg: Config, options: dict) -> None:
-    """Reject ``--cfg-options`` keys that do not exist, naming the key and close matches.
+    """Reject ``--cfg-options`` keys that do not exist (naming close matches), values of another type than
+    the config's (naming the key, the value and the type expected), NaN, and values out of the range of
+    well-known settings (batch sizes, epochs, learning rates, ...).
 
     A new key is allowed only inside a dict that builds an object (has ``type``), whose
-    constructor then validates it; anywhere else a typo would be silently ignored.
+    constructor then validates it (e.g. ``model.kernel_kwargs.alpha=5``); anywhere else a typo would be
+    silently ignored.
     """
-    for key in options:
-        node, path = cfg.to_dict(), []
-        for part in key.split('.'):
-            if isinstance(node, (list, tuple)) and part.isdigit() and int(part) < len(node):
-                node = node[int(part)]
-            elif isinstance(node, dict) and part in node:
-                node = node[part]
-            elif isinstance(node, dict) and 'type' in node and part == key.split('.')[-1]:
-                break
-            else:
-                known = list(node.keys()) if isinstance(node, dict) else []
-                close = difflib.get_close_matches(part, known, n=3)
-                where = '.'.join(path) or 'the top level'
-                hint = f'; did you mean {close}?' if close else f'; keys there: {sorted(known)[:20]}'
-                raise ConfigError(f"--cfg-options {key}: no key '{part}' at {where}{hint}")
-            path.append(part)
+    for key, value in options.items():
+        old = _option_value(cfg, key)
+        expected = (None if old is _MISSING else _expected_type(old, value)) or _range_problem(key, value)
+        if expected:
+            given = f'the text {value!r}' if isinstance(value, str) else repr(value)
+            has = '' if old is _MISSING else f' (the config has {old!r})'
+            raise ConfigError(f'--cfg-options {key}: expected {expected}{has}, got {given}')
+
+
+def _model_entry(cfg: Config) -> Optional[Tuple[str, str, dict, set]]:
+    """(config prefix, timm name, model kwargs, the wrapper's own arguments) of the timm model a config
+    builds (classification: ``model``; dense tasks: ``model.backbone``), or None."""
+    model = cfg.get('model') or {}
+    if model.get('type') == 'TimmClassifier':
+        return 'model.', model.get('arch'), dict(model), set(inspect.signature(TimmClassifier).parameters)
+    backbone = model.get('backbone') or {}
+    if str(backbone.get('type', '')).split('.')[-1] == 'NaLaBackbone':
+        from ..dense.backbone import NaLaBackbone  # not nalaformer.dense: that needs mmseg or mmdet
+        own = set(inspect.signature(NaLaBackbone).parameters)
+        return 'model.backbone.', backbone.get('arch', 'nalaformer_t'), dict(backbone), own
+    return None
+
+
+def check_model_keywords(cfg: Config) -> None:
+    """Build the config's timm model on the meta device (no memory, no weights, under a second) so that an
+    argument it does not take, or a value it rejects (e.g. a kernel keyword), is named before anything is
+    written or built; the close names of a misspelt argument are given."""
+    entry = _model_entry(cfg)
+    if entry is None:
+        return
+    prefix, arch, kwargs, own = entry
+    if arch not in timm.list_models():
+        return  # the wrapper names unknown models with close names
+    kwargs = {k: v for k, v in kwargs.items() if k not in own and k not in ('type', '_scope_')}
+    try:
+        with torch.device('meta'):
+            timm.create_model(arch, **kwargs)
+        return
+    except (TypeError, ValueError) as e:
+        error = e
+    except (RuntimeError, NotImplementedError):
+        return  # something the meta device cannot run: the real build will tell
+    with torch.device('meta'):
+        model_cls = type(timm.create_model(arch))
+    parameters = inspect.signature(model_cls).parameters
+    for key, value in kwargs.items():  # values of another type than the model's defaults, named first
+        default = parameters[key].default if key in parameters else inspect.Parameter.empty
+        expected = None if default is inspect.Parameter.empty else _expected_type(default, value)
+        if expected:
+            given = f'the text {value!r}' if isinstance(value, str) else repr(value)
+            raise ConfigError(f'{prefix}{key}: expected {expected} ({model_cls.__name__}\'s default is {default!r}), '
+                              f'got {given}')
+    bad = re.search(r"unexpected keyword argument '(\w+)'", str(error))
+    if bad:
+        known = sorted((set(parameters) | own) - {'self', 'kwargs', 'model_kwargs'})
+        close = difflib.get_close_matches(bad.group(1), known, n=3, cutoff=0.5)
+        hint = f'did you mean {close}?' if close else f'its arguments are {known}'
+        raise ConfigError(f"{prefix}{bad.group(1)}: {arch} ({model_cls.__name__}) takes no argument "
+                          f"'{bad.group(1)}'; {hint}") from None
+    if isinstance(error, ValueError):  # a value the model (or one of its attention kernels) rejects
+        raise ConfigError(f'{prefix.rstrip(".")} ({arch}): {error}') from None
+    raise ConfigError(f'{prefix.rstrip(".")} ({arch}) cannot be built with these arguments: {error}') from None
 
 
 def load_config(path: str, cfg_options: Optional[dict] = None) -> Config:
+    """A config file with ``--cfg-options`` merged in, keys and value types checked, and its model's
+    keywords checked against the model (:func:`check_model_keywords`)."""
     if not osp.isfile(path):
         raise ConfigError(f'config file {path} does not exist')
     cfg = Config.fromfile(path)
     if cfg_options:
         check_cfg_options(cfg, cfg_options)
         cfg.merge_from_dict(cfg_options)
+    check_model_keywords(cfg)
     return cfg
 
 
@@ -90,13 +249,77 @@ def finalize_config(cfg: Config, config_path: str, work_dir: Optional[str], laun
     return cfg
 
 
-def check_dataset_files(cfg: Config, splits) -> None:
-    """Name the missing path and the layout the config expects when a dataset's files are absent.
+def meta_model(cfg: Config) -> Optional[torch.nn.Module]:
+    """The timm model a classification config trains, built on the meta device (shapes and definition, no
+    memory); None for other tasks or models timm does not know."""
+    entry = _model_entry(cfg)
+    if entry is None or entry[0] != 'model.' or entry[1] not in timm.list_models():
+        return None
+    _, arch, kwargs, own = entry
+    with torch.device('meta'):
+        return timm.create_model(arch, **{k: v for k, v in kwargs.items() if k not in own and k != 'type'})
+
+
+def model_num_classes(cfg: Config) -> Optional[int]:
+    """The number of classes of a classification config's model (its ``num_classes``, else the timm model's
+    default, read off a meta-device build); None for other tasks."""
+    entry = _model_entry(cfg)
+    if entry is not None and 'num_classes' in entry[2]:
+        return entry[2]['num_classes']
+    model = meta_model(cfg)
+    return None if model is None else model.num_classes
+
+
+def _image_folder(cfg: Config, loader: str) -> Optional[dict]:
+    """The ImageFolderDataset config of a dataloader (inside dataset wrappers), or None."""
+    dataset = (cfg.get(loader) or {}).get('dataset')
+    while dataset is not None and 'dataset' in dataset:
+        dataset = dataset.dataset
+    return dataset if dataset is not None and dataset.get('type') == 'ImageFolderDataset' else None
+
+
+def _check_image_folders(cfg: Config, splits, trained_classes: Optional[Sequence[str]], source: str) -> None:
+    """Each ImageFolder split the run builds checked (:func:`check_split`); their class lists (the class map
+    when one is given, else the class folders) equal to each other, to the training split's when only
+    evaluating, to those the checkpoint was trained with, and in number to the model's ``num_classes``."""
+    lists = []  # (what, classes)
+    for split in splits:
+        dataset = _image_folder(cfg, f'{split}_dataloader')
+        if dataset is None:
+            continue
+        folder = osp.join(dataset.data_root, dataset.get('split', 'train'))
+        contents = scan_split(folder)
+        check_split(contents, dataset.get('classes'))  # the dataset logs what it reads when it is built
+        lists.append((f'the {split} data {folder}', list(dataset.get('classes') or contents.classes)))
+    if not lists:
+        return
+    train = _image_folder(cfg, 'train_dataloader')
+    if 'train' not in splits and train is not None:  # evaluating: the classes are those of training
+        folder = osp.join(train.data_root, train.get('split', 'train'))
+        if train.get('classes') or osp.isdir(folder):
+            lists.append((f'the training data {folder}', list(train.get('classes') or class_folders(folder))))
+    if trained_classes:
+        lists.append((f'the classes {source} was trained with', list(trained_classes)))
+    for what, classes in lists[1:]:
+        compare_classes(lists[0][0], lists[0][1], what, classes)
+    num_classes = model_num_classes(cfg)
+    what, classes = lists[0]
+    if num_classes is not None and num_classes != len(classes):
+        raise DatasetError(
+            f'{what} has {len(classes)} classes but the model has num_classes={num_classes}: set --cfg-options '
+            f'model.num_classes={len(classes)} (a new classifier when fine-tuning), or check the data folder')
+
+
+def check_dataset_files(cfg: Config, splits, trained_classes: Optional[Sequence[str]] = None,
+                        source: str = 'the checkpoint') -> None:
+    """Name the missing path and the layout the config expects when a dataset's files are absent, and check
+    ImageFolder datasets before anything is built (:func:`_check_image_folders`).
 
     Looks at our ImageFolder datasets (``data_root`` / ``split``), at our SR datasets (built: every file
     paired and its size checked before training starts), at OpenMMLab-style datasets
     (``data_root`` + ``ann_file`` + ``data_prefix``, through wrappers such as RepeatDataset) and at
-    evaluators' ``ann_file`` (COCO). ``splits``: the dataloaders the run will build, e.g. ('train', 'val').
+    evaluators' ``ann_file`` (COCO). ``splits``: the dataloaders the run will build, e.g. ('train', 'val');
+    ``trained_classes``: the classes the weights to evaluate were trained with (``source``), when known.
     """
     for split in splits:
         dataset = (cfg.get(f'{split}_dataloader') or {}).get('dataset')
@@ -107,7 +330,7 @@ def check_dataset_files(cfg: Config, splits) -> None:
         if dataset.get('type') == 'ImageFolderDataset':
             folder = osp.join(dataset.data_root, dataset.get('split', 'train'))
             if not osp.isdir(folder):
-                raise ConfigError(
+                raise DatasetError(
                     f'dataset folder {folder} does not exist ({split} data). Expected layout: {IMAGE_FOLDER_LAYOUT}. '
                     f'Set {split}_dataloader.dataset.data_root in the config or with --cfg-options.')
             continue
@@ -115,7 +338,7 @@ def check_dataset_files(cfg: Config, splits) -> None:
             try:
                 DATASETS.build(dataset)
             except SRDataError as e:
-                raise ConfigError(f'{e} ({split} data; set {split}_dataloader.dataset.data_root in the config or '
+                raise DatasetError(f'{e} ({split} data; set {split}_dataloader.dataset.data_root in the config or '
                                   f'with --cfg-options)') from None
             continue
         if 'data_prefix' not in dataset:
@@ -129,9 +352,10 @@ def check_dataset_files(cfg: Config, splits) -> None:
             paths += [(evaluator.ann_file, f'{split}_evaluator.ann_file')] if evaluator.get('ann_file') else []
         for path, key in paths:
             if '://' not in path and not osp.exists(path):
-                raise ConfigError(
+                raise DatasetError(
                     f'{path} does not exist ({split} data). Expected layout: {", ".join(expected)} under '
                     f'data_root {root!r}. Set {key} in the config or with --cfg-options.')
+    _check_image_folders(cfg, splits, trained_classes, source)
 
 
 def apply_thread_policy(cfg: Config, requested: Optional[int] = None) -> str:

@@ -23,6 +23,8 @@ import torch
 from mmengine.registry import DATASETS
 from PIL import Image, UnidentifiedImageError
 
+from ..errors import DatasetError
+
 IMAGE_EXTENSIONS = ('.png', '.bmp', '.jpg', '.jpeg', '.tif', '.tiff', '.webp', '.ppm')
 # How an LR file is named after its HR partner's stem: DIV2K and most benchmarks, then Manga109's packs.
 LR_NAMES = ('{}x{scale}', '{}_LRBI_x{scale}')
@@ -32,7 +34,7 @@ _EIGHT_BIT_MODES = ('1', 'L', 'P', 'RGB', 'RGBA', 'LA', 'CMYK', 'YCbCr')
 _CONVERT_HINT = 'python tools/dataset_converters/bicubic_downsample.py HR_DIR LR_DIR --scales S'
 
 
-class SRDataError(ValueError):
+class SRDataError(DatasetError):
     """A super-resolution dataset whose files do not pair up, cannot be read or have the wrong sizes."""
 
 

@@ -41,7 +41,8 @@ import torch
 
 from . import nala_fast
 from .nala import (
-    AttentionKernel, linear_attention, nala_cos_feature_maps, nala_feature_maps, register_attention_kernel,
+    AttentionKernel, linear_attention, nala_cos_feature_maps, nala_feature_maps, positive_float,
+    register_attention_kernel,
 )
 
 try:
@@ -150,7 +151,7 @@ class NaLaCosKernel(NaLaKernel):
 
     def __init__(self, alpha: float = 20.0):
         super().__init__()
-        self.alpha = alpha
+        self.alpha = positive_float(self.attn_type, 'alpha', alpha)
 
     def feature_maps(self, q: torch.Tensor, k: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
         return nala_cos_feature_maps(q, k, self.alpha)

@@ -230,13 +230,22 @@ def kernel_function(attn_type: str, kwargs: Optional[Mapping] = None) -> dict:
     return {'attn_type': ATTENTION_KERNELS[attn_type].function_name, **bound.arguments}
 
 
+def positive_float(kernel: str, name: str, value) -> float:
+    """``value`` as a finite float > 0, or a ValueError naming the kernel argument (a NaN or negative
+    power or sharpness would train without an error and compute nonsense)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+        raise ValueError(f'attention kernel {kernel!r}: {name} must be a finite number > 0, got {value!r} '
+                         f'(kernel_kwargs=dict({name}=...))')
+    return float(value)
+
+
 @register_attention_kernel('const_power')
 class ConstPowerKernel(AttentionKernel):
     """Ablation: NaLa's sign split with a constant power on the query direction and the key."""
 
     def __init__(self, power: float = LAMBDA):
         super().__init__()
-        self.power = power
+        self.power = positive_float(self.attn_type, 'power', power)
 
     def feature_maps(self, q: torch.Tensor, k: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
         _, q_dir = norm_and_direction(q)
@@ -252,7 +261,7 @@ class ReLUKernel(AttentionKernel):
 
     def __init__(self, power: float = 1.0):
         super().__init__()
-        self.power = power
+        self.power = positive_float(self.attn_type, 'power', power)
 
     def feature_maps(self, q: torch.Tensor, k: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
         return F.relu(q).pow(self.power), F.relu(k).pow(self.power)
@@ -278,7 +287,7 @@ class FocusedKernel(AttentionKernel):
 
     def __init__(self, power: float = LAMBDA):
         super().__init__()
-        self.power = power
+        self.power = positive_float(self.attn_type, 'power', power)
 
     def focus(self, x: torch.Tensor) -> torch.Tensor:
         x = F.relu(x)
@@ -303,7 +312,7 @@ class PolarityKernel(AttentionKernel):
 
     def __init__(self, power: float = LAMBDA):
         super().__init__()
-        self.power = power
+        self.power = positive_float(self.attn_type, 'power', power)
 
     def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, rope: torch.Tensor) -> torch.Tensor:
         d = q.shape[-1]

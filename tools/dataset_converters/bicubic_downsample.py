@@ -16,6 +16,7 @@ import argparse
 import sys
 
 from nalaformer.datasets import write_lr_images
+from nalaformer.errors import run_tool
 
 
 def main(argv=None):
@@ -25,14 +26,10 @@ def main(argv=None):
     parser.add_argument('--scales', type=int, nargs='+', default=[2, 3, 4])
     parser.add_argument('--overwrite', action='store_true', help='replace LR images that exist already')
     args = parser.parse_args(argv)
-    try:
-        written = write_lr_images(args.hr_dir, args.lr_root, args.scales, overwrite=args.overwrite)
-    except (FileExistsError, ValueError) as e:  # bad folders/images (SRDataError), existing outputs, bad scales
-        print(f'error: {e}', file=sys.stderr)
-        return 1
+    written = write_lr_images(args.hr_dir, args.lr_root, args.scales, overwrite=args.overwrite)
     print(f'wrote {written} LR images under {args.lr_root}')
     return 0
 
 
 if __name__ == '__main__':
-    sys.exit(main())
+    sys.exit(run_tool(main))  # user errors: one line, exit code 2; bugs keep their traceback

@@ -18,6 +18,7 @@ import argparse
 import sys
 
 from nalaformer.datasets import write_photo_datasets
+from nalaformer.errors import run_tool
 
 
 def main(argv=None):
@@ -27,14 +28,10 @@ def main(argv=None):
     parser.add_argument('--overwrite', action='store_true',
                         help='replace a DIV2K/ or benchmark/Unseen4/ written before')
     args = parser.parse_args(argv)
-    try:
-        train, test = write_photo_datasets(args.out, args.scales, overwrite=args.overwrite)
-    except (FileNotFoundError, FileExistsError, ValueError) as e:
-        print(f'error: {e}', file=sys.stderr)
-        return 1
+    train, test = write_photo_datasets(args.out, args.scales, overwrite=args.overwrite)
     print(f'wrote {train} (training) and {test} (testing)')
     return 0
 
 
 if __name__ == '__main__':
-    sys.exit(main())
+    sys.exit(run_tool(main))  # user errors: one line, exit code 2; bugs keep their traceback

@@ -15,14 +15,16 @@ The graph uses standard ONNX operators only: NaLa attention is traced through it
 and fused Triton kernels named by a config or a checkpoint are replaced by the PyTorch kernel that
 computes the same function (asking for one with --attn-types is an error). Before the file is written,
 ONNX Runtime runs it at each --check-shapes shape and must match PyTorch within --atol. Needs onnx,
-onnxruntime and onnxscript: pip install -e .[export] (or bash scripts/setup.sh).
+onnxruntime and onnxscript: pip install -e .[export] (or bash scripts/setup.sh). --out is checked before
+the export starts (an existing file is replaced only with --overwrite) and written atomically.
 """
 import argparse
 import sys
 import time
 
-from nalaformer.checkpoint import CheckpointError
 from nalaformer.deployment import ExportError, build_target, parse_shape, require_export_packages, write_onnx
+from nalaformer.errors import UserError, report
+from nalaformer.files import check_file_destination
 
 
 def shape(text: str):
@@ -44,6 +46,7 @@ def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument('model', metavar='MODEL_OR_CONFIG', help='timm model name (e.g. nalaformer_t) or config file')
     parser.add_argument('--out', required=True, help='ONNX file to write')
+    parser.add_argument('--overwrite', action='store_true', help='replace --out if it exists')
     parser.add_argument('--checkpoint', help='weights: any checkpoint of ours or the release\'s (for a dense config '
                                              'also a tools/train.py run of that task); default: random init')
     parser.add_argument('--ema', action='store_true', help='the checkpoint\'s EMA weights (an error if it has none)')
@@ -67,6 +70,7 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     started = time.time()
     try:
+        check_file_destination(args.out, args.overwrite, '--out', 'model.onnx', inputs=(args.model, args.checkpoint))
         require_export_packages()
         attn_types = None if args.attn_types is None else (
             args.attn_types[0] if len(args.attn_types) == 1 else tuple(args.attn_types))
@@ -77,9 +81,8 @@ def main(argv=None) -> int:
         check_shapes = args.check_shapes or [(1, *args.size), (2, 320, 480)]
         write_onnx(target, args.out, (2, *args.size), [] if args.no_check else check_shapes, args.atol,
                    args.opset, log=print)
-    except (ExportError, CheckpointError, FileNotFoundError) as e:  # the arguments are wrong; bugs keep their traceback
-        print(f'error: {e}', file=sys.stderr)
-        return 1
+    except UserError as e:  # the arguments are wrong: one line; bugs keep their traceback
+        return report(e)
     print(f'wrote {args.out} in {time.time() - started:.1f} s')
     return 0
 
