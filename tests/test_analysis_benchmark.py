@@ -25,6 +25,7 @@ def run(*args):
     return subprocess.run([sys.executable, BENCHMARK, *map(str, args)], capture_output=True, text=True)
 
 
+@pytest.mark.slow
 def test_tiny_run_writes_json_and_png(tmp_path):
     out_json, out_png = tmp_path / 'bench.json', tmp_path / 'bench.png'
     # deit's 16x16 patches cannot cover an 8-pixel-wide image: with --keep-going that row records the error
@@ -166,6 +167,7 @@ def test_backend_prefixes_run_our_model_on_that_nala_backend(bench, monkeypatch)
     assert nalaformer.ops.nala_backend() == 'torch'
 
 
+@pytest.mark.slow
 def test_release_models_need_the_release_file():
     proc = run('--models', 'release:nalaformer_xt', '--sizes', '32', '--repeats', 1, '--no-memory')
     assert proc.returncode == 2 and '--release-file' in proc.stderr and 'Traceback' not in proc.stderr
@@ -195,6 +197,7 @@ def test_release_model_gets_our_architecture_and_weights(bench, tmp_path):
 NALA_OP = ROOT / 'tools' / 'analysis' / 'benchmark_nala_op.py'
 
 
+@pytest.mark.slow
 def test_nala_op_benchmark_tiny_run(tmp_path):
     out = tmp_path / 'op.json'
     proc = subprocess.run([sys.executable, NALA_OP, '--sides', '4', '--modes', 'forward_backward', '--repeats', '2',

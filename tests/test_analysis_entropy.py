@@ -121,6 +121,7 @@ def test_capture_qk():
         capture_qk(model, torch.randn(1, 3, 64, 64), stage=4, block=0)
 
 
+@pytest.mark.slow
 def test_tools_write_outputs(tmp_path):
     png, js, vis = tmp_path / 'entropy.png', tmp_path / 'entropy.json', tmp_path / 'map.png'
     common = ['--model', 'nalaformer_xt', '--size', '64']

@@ -120,6 +120,7 @@ def test_spec_errors():
         parse_model_spec("nalaformer_t('nala')")
 
 
+@pytest.mark.slow
 def test_cli(tmp_path):
     out = tmp_path / 'flops.json'
     proc = subprocess.run([sys.executable, GET_FLOPS, 'nalaformer_xt', '--attn-types', 'nala', '--shape', '96', '128',

@@ -123,6 +123,7 @@ def test_filter_fn_is_identity_on_release_layout(xt):
     assert all(filtered[k] is state[k] for k in state)
 
 
+@pytest.mark.slow
 def test_convert_tool_round_trip(xt, tmp_path):
     src = release_style_checkpoint(xt, tmp_path / 'release.pth')
     tool = [sys.executable, str(ROOT / 'tools' / 'convert_checkpoint.py')]
@@ -172,6 +173,7 @@ def test_ema_weights_of_every_known_layout(xt, tmp_path, layout):
     torch.testing.assert_close(loaded.proj.weight, ema['proj.weight'], rtol=0, atol=0)
 
 
+@pytest.mark.slow
 def test_ema_asked_from_a_file_without_it_fails_naming_its_keys(xt, tmp_path):
     path = release_style_checkpoint(xt, tmp_path / 'no_ema.pth')
     with pytest.raises(CheckpointError, match=r"no EMA weights .*'args', 'epoch', 'model', 'optimizer'"):

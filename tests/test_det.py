@@ -202,6 +202,7 @@ def test_roi_features_of_the_backbone_maps_are_the_true_ones():
         torch.testing.assert_close(ours, expected, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.slow
 def test_missing_coco_files_are_named(tmp_path):
     result = run_script(ROOT / 'tools' / 'train.py', MASK_RCNN, '--work-dir', tmp_path / 'w', '--cfg-options',
                         f'train_dataloader.dataset.data_root={tmp_path}/coco', check=False)

@@ -163,6 +163,7 @@ def test_amp_bf16_training_is_finite(tiny_imagefolder, tmp_path):
     assert len(losses) == 6 and all(torch.isfinite(torch.tensor(losses)))
 
 
+@pytest.mark.slow
 def test_dual_ema_tracking_the_raw_weights_reports_the_raw_metrics(tiny_imagefolder, tmp_path):
     work = tmp_path / 'ema'
     train(work, tiny_imagefolder, epochs=1, extra=['custom_hooks.0.momentum=0.99999'])  # EMA ~ raw weights
@@ -186,6 +187,7 @@ def test_auto_scale_lr_and_ema_follow_the_total_batch(tiny_imagefolder, tmp_path
     assert list(work.glob('best_accuracy_top1_epoch_1.pth')) and list(work.glob('best_ema_accuracy_top1_epoch_1.pth'))
 
 
+@pytest.mark.slow
 def test_missing_dataset_folder_is_named(tmp_path):
     result = train(tmp_path / 'w', tmp_path / 'no_such_dataset', check=False)
     assert result.returncode != 0 and 'Traceback' not in result.stderr
@@ -193,6 +195,7 @@ def test_missing_dataset_folder_is_named(tmp_path):
     assert 'Expected layout' in result.stderr
 
 
+@pytest.mark.slow
 def test_bad_config_key_is_named(tiny_imagefolder, tmp_path):
     result = train(tmp_path / 'w', tiny_imagefolder, extra=['train_cfg.max_epoch=3'], check=False)
     assert result.returncode != 0
@@ -202,6 +205,7 @@ def test_bad_config_key_is_named(tiny_imagefolder, tmp_path):
     assert result.returncode != 0 and 'not_a_kwarg' in result.stderr
 
 
+@pytest.mark.slow
 def test_test_tool_evaluates_release_checkpoints_and_names_wrong_variants(tiny_imagefolder, tmp_path):
     import argparse
 

@@ -117,7 +117,7 @@ def test_sigterm_writes_an_iteration_checkpoint_that_resumes_exactly(data_with_t
 
     resumed = run(command(work, data, '--resume', '--threads', '1', workers=2), env={'OMP_NUM_THREADS': ''})
     assert resumed.returncode == 0, resumed.stderr[-3000:]
-    assert f'Auto resumed from the latest checkpoint {checkpoint}' in resumed.stdout
+    assert f'--resume: continuing the run in {work} from {checkpoint}' in resumed.stdout
     assert re.search(r'CPU threads: 1 \(\d+ cores available, as requested', resumed.stdout)
     for ref, res in zip(weights(reference / 'epoch_3.pth'), weights(work / 'epoch_3.pth')):
         assert ref.keys() == res.keys()

@@ -66,6 +66,7 @@ def _plan_as_the_setup_script_reads_it(fake_bin: Path) -> dict:
     return dict(zip(('build', 'force', 'arch', 'tag', 'note'), out.strip().split('|')))
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(torch.version.cuda is None, reason='needs a CUDA build of torch (the one requirements.txt pins)')
 def test_the_setup_script_reads_the_plan_of_the_real_toolchain(tmp_path):
     _fake_nvcc(tmp_path / 'match', torch.version.cuda)
@@ -116,6 +117,7 @@ def test_mmcv_with_ops_is_left_alone():
     assert allow_mmcv_lite() is False and sys.modules['mmcv.ops'] is mmcv.ops and hasattr(mmcv.ops, 'RoIAlign')
 
 
+@pytest.mark.slow
 def test_mmcv_lite_gets_the_ops_mmseg_imports_as_stand_ins(tmp_path):
     """A fake mmcv-lite whose mmcv.ops fails to load its compiled extension, as the real one does."""
     (tmp_path / 'mmcv' / 'ops').mkdir(parents=True)
@@ -141,6 +143,7 @@ print('ok')
     assert proc.returncode == 0 and proc.stdout.strip() == 'ok', proc.stderr
 
 
+@pytest.mark.slow
 def test_a_missing_mmcv_is_not_hidden(tmp_path):
     (tmp_path / 'mmcv.py').write_text("raise ModuleNotFoundError('no mmcv', name='mmcv')\n")
     code = 'from nalaformer.mmcv_build import allow_mmcv_lite\nallow_mmcv_lite()\n'

@@ -182,6 +182,7 @@ TINY = dict(embed_dims=(32, 64, 96, 128), depths=(1, 1, 1, 1), num_heads=(1, 2, 
             num_classes=10)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('attn_types', ['nala', ('nala_cos', 'nala_cos', 'nala', 'softmax')])
 def test_compiled_model_matches_eager(attn_types):
     """torch.compile(fullgraph=True) captures the op whole (an opaque custom op with its fake and

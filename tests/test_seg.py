@@ -299,6 +299,7 @@ def test_semantic_fpn_runs_under_mmsegs_own_train_script(tiny_ade, tmp_path):
     assert_trained_and_evaluated(tmp_path, 2)
 
 
+@pytest.mark.slow
 def test_missing_data_root_is_named(tmp_path):
     result = run(ROOT / 'tools' / 'train.py', UPERNET, '--work-dir', tmp_path / 'w', '--cfg-options',
                  *tiny_options(tmp_path / 'no_such_ade'), check=False)

@@ -110,7 +110,7 @@ SHAPES = [
     (2, 1, 5, 9, 96),
     (1, 2, 1, 3, 32),
     (1, 1, 9, 11, 32),
-    (1, 1, 65, 67, 32),
+    pytest.param(1, 1, 65, 67, 32, marks=pytest.mark.slow),  # 36 s in the interpreter
 ]
 
 
@@ -143,6 +143,7 @@ def test_zero_query_and_key_rows():
     check_against_reference(q, k, v, rope, alpha=20.0)
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not INTERPRETED, reason='float64 runs in the interpreter only (the GPU path is float32)')
 @pytest.mark.parametrize('alpha', [None, 3.0])
 def test_gradcheck_float64(alpha):
@@ -277,6 +278,7 @@ def test_fused_backend_keeps_half_inputs():
         assert torch.equal(out, nala_triton.nala_attention(q, k, v, rope))
 
 
+@pytest.mark.slow
 def test_exported_graphs_hold_no_fused_operator():
     """torch.export under the fused backend traces the PyTorch operator (an exported graph cannot hold Triton)."""
     model = timm.create_model('nalaformer_xt', attn_types=('nala', 'nala', 'softmax', 'softmax')).eval().to(DEVICE)
@@ -296,6 +298,7 @@ def test_torchscript_runs_the_reference():
     assert_same(kernel_outputs(scripted, q, k, v, rope), implementation_outputs(q, k, v, rope)['reference'])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('value,expected', [('', 'torch'), ('fused', 'fused'), ('Reference', 'reference')])
 def test_backend_from_the_environment(value, expected):
     code = 'import nalaformer.ops as ops; print(ops.nala_backend())'
@@ -305,6 +308,7 @@ def test_backend_from_the_environment(value, expected):
     assert result.stdout.strip() == expected
 
 
+@pytest.mark.slow
 def test_bad_backend_names_fail_clearly():
     with pytest.raises(ValueError, match=r"one of \('torch', 'fused', 'reference'\)"):
         with use_nala_backend('triton'):
@@ -318,6 +322,7 @@ def test_bad_backend_names_fail_clearly():
 # ----------------------------------------------------------------------------------------------
 # Models with fused stages
 # ----------------------------------------------------------------------------------------------
+@pytest.mark.slow
 def test_model_compiles_in_one_graph():
     """torch.compile(fullgraph=True) captures a model with fused stages whole (the fused attention is an
     opaque custom operator), with the eager logits and input gradients.
@@ -341,6 +346,7 @@ def test_model_compiles_in_one_graph():
     torch.testing.assert_close(grad_compiled, grad, rtol=1e-4, atol=1e-4 * grad.abs().max().item())
 
 
+@pytest.mark.slow
 def test_gradient_checkpointing_with_fused_stages():
     """Recomputing fused stages in backward (grad checkpointing) gives the same parameter gradients."""
     torch.manual_seed(0)
@@ -372,6 +378,7 @@ def reference_and_fused(model_name, config=None, **fused_kwargs):
     return default, fused_model.eval().to(DEVICE)
 
 
+@pytest.mark.slow
 def test_model_with_triton_stages_matches_default():
     """nalaformer_xt with fused NaLa stages gives the default model's logits and input gradients."""
     default, fused_model = reference_and_fused('nalaformer_xt', attn_types=FUSED_XT_STAGES)
@@ -419,6 +426,7 @@ def test_model_with_triton_stages_under_bf16_autocast():
 
 
 
+@pytest.mark.slow
 def test_benchmark_tool_smoke(tmp_path, capsys):
     """tools/analysis/benchmark_kernels.py --tiny writes valid JSON, a PNG and tables with every row measured."""
     tool = load_tool('benchmark_kernels')

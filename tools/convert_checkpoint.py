@@ -21,7 +21,7 @@ kept in the output; writes are atomic. An existing destination file is replaced 
 import argparse
 import sys
 
-from nalaformer.checkpoint import convert_checkpoint
+from nalaformer.checkpoint.conversion import convert_checkpoint
 from nalaformer.errors import UserError, report
 
 

@@ -9,6 +9,7 @@ through :mod:`nalaformer.checkpoint` and checks recorded definitions when it loa
 """
 import copy
 import os
+import re
 import os.path as osp
 
 import numpy as np
@@ -19,7 +20,7 @@ from mmengine.logging import HistoryBuffer
 from mmengine.model import is_model_wrapper
 from mmengine.optim import OptimWrapperDict
 from mmengine.registry import HOOKS, RUNNERS
-from mmengine.runner import CheckpointLoader, Runner
+from mmengine.runner import CheckpointLoader, Runner, load_state_dict
 
 from ..checkpoint import (
     Checkpoint, CorruptCheckpointError, NotResumableError, check_recorded_definitions, model_definitions,
@@ -118,10 +119,6 @@ class NaLaRunner(Runner):
     accumulation in the total batch and logs what it set."""
 
     def __init__(self, *args, **kwargs):
-        # mmengine reads local checkpoints with a bare torch.load and no word on what went wrong; this
-        # runner's (resume, load_from) go through nalaformer.checkpoint instead. mmengine keeps one
-        # loader per scheme, so registering replaces it for the process: that is why it happens here.
-        CheckpointLoader.register_scheme(prefixes='', loader=load_runner_checkpoint, force=True)
         self._resumed_rng_states = None
         super().__init__(*args, **kwargs)
 
@@ -159,9 +156,23 @@ class NaLaRunner(Runner):
         super().save_checkpoint(out_dir, tmp_name, *args, meta=meta, **kwargs)
         os.replace(osp.join(out_dir, tmp_name), osp.join(out_dir, filename))
 
-    def load_checkpoint(self, filename: str, *args, **kwargs) -> dict:
-        checkpoint = super().load_checkpoint(filename, *args, **kwargs)
-        check_recorded_definitions(self._unwrapped_model(), Checkpoint(filename, checkpoint))
+    def load_checkpoint(self, filename: str, map_location='cpu', strict: bool = False,
+                        revise_keys=((r'^module\.', ''),)) -> dict:
+        """mmengine's ``load_checkpoint`` (``resume``, ``load_from``), with a local file read through
+        :mod:`nalaformer.checkpoint` (safe, typed errors; mmengine's loader would ``torch.load`` it bare) and
+        the recorded model definitions checked before the weights load. URLs go to mmengine's loaders. Tensors
+        are read to the CPU and moved by ``load_state_dict`` (the optimizer's by the optimizer)."""
+        checkpoint = (CheckpointLoader.load_checkpoint(filename, map_location) if '://' in str(filename)
+                      else load_runner_checkpoint(filename))
+        self.call_hook('after_load_checkpoint', checkpoint=checkpoint)
+        model = self._unwrapped_model()
+        check_recorded_definitions(model, Checkpoint(filename, checkpoint))
+        state_dict = checkpoint.get('state_dict', checkpoint)
+        for pattern, replacement in revise_keys:
+            state_dict = {re.sub(pattern, replacement, k): v for k, v in state_dict.items()}
+        load_state_dict(model, state_dict, strict=strict, logger=self.logger)
+        self._has_loaded = True
+        self.logger.info(f'Load checkpoint from {filename}')
         self._resumed_rng_states = checkpoint.get('meta', {}).get('rng_states')
         return checkpoint
 

@@ -97,12 +97,14 @@ def prepare_work_dir(cfg: Config, config_path: str, resume: Optional[str] = None
             return
         check_resume_fits(cfg, str(target), check_resumable(str(target)))
         cfg.resume, cfg.load_from = True, str(target)
+        print_log(f'--resume: continuing the run in {work} from {target}', logger='current')
         return
     if resume:
         if not Path(resume).is_file():
             raise MissingCheckpointError(f'--resume {resume}: no such checkpoint file')
         check_resume_fits(cfg, resume, check_resumable(resume))
         cfg.resume, cfg.load_from = True, resume
+        print_log(f'--resume: continuing from {resume}', logger='current')
         if not earlier or same_path(Path(resume).parent, work):
             return
         conflict = (f'--work-dir {work} holds checkpoints of another run ({", ".join(p.name for p in earlier[:4])}); '

@@ -13,9 +13,10 @@ import torch.nn as nn
 from timm.data import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD
 from timm.models import build_model_with_cfg
 
-from ..checkpoint import Checkpoint, CheckpointError, loading_options, pretrained_kwargs, pretrained_weights
+from ..checkpoint.errors import CheckpointError
+from ..checkpoint.loading import loading_options, pretrained_kwargs
 
-__all__ = ['per_stage', 'per_stage_kernels', 'model_cfg', 'build_model', 'load_pretrained', 'drop_other_classifier']
+__all__ = ['per_stage', 'per_stage_kernels', 'model_cfg', 'build_model', 'load_weights', 'drop_other_classifier']
 
 _logger = logging.getLogger(__name__)
 
@@ -66,7 +67,7 @@ def build_model(model_cls: Type[nn.Module], variant: str, pretrained: bool, mode
     ``kwargs``, with features at its four stages.
 
     With ``pretrained``, ``pretrained_ema`` / ``accept_definition_change`` in ``kwargs`` reach the
-    model's ``load_pretrained`` (see :func:`nalaformer.checkpoint.pretrained_kwargs`).
+    model's ``load_pretrained`` (see :func:`nalaformer.checkpoint.loading.pretrained_kwargs`).
     """
     options = {}
     if pretrained:
@@ -80,27 +81,24 @@ def build_model(model_cls: Type[nn.Module], variant: str, pretrained: bool, mode
         )
 
 
-def load_pretrained(model: nn.Module, checkpoint: Union[str, Checkpoint], filter_fn: FilterFn,
-                    ema: Optional[bool] = None, accept_definition_change: Optional[bool] = None,
-                    strict: bool = True, missing_hint: str = ''):
-    """Load ``checkpoint`` (.pth, .safetensors or a timm folder) into ``model`` through its family's
-    ``filter_fn``; returns ``load_state_dict``'s result.
+def load_weights(model: nn.Module, state_dict: StateDict, filter_fn: FilterFn, source: str = 'checkpoint',
+                 strict: bool = True, missing_hint: str = ''):
+    """Load weights with the model's own keys (:meth:`nalaformer.checkpoint.reading.Checkpoint.model_weights`)
+    into ``model`` through its family's ``filter_fn`` (the family's layout); returns ``load_state_dict``'s result.
 
     The classifier may be missing (the filter leaves out one of another number of classes). Other
-    weights the model has and the checkpoint lacks raise :class:`CheckpointError` (ending in
+    weights the model has and the checkpoint lacks raise :class:`CheckpointError` naming ``source`` (ending in
     ``missing_hint``), or with ``strict=False`` keep their init, with a warning. Weights the model
     lacks (stages or head of a model pruned for feature extraction) are ignored, with a log line.
     """
-    state_dict = filter_fn(pretrained_weights(model, checkpoint, ema, accept_definition_change), model)
-    result = model.load_state_dict(state_dict, strict=False)
+    result = model.load_state_dict(filter_fn(state_dict, model), strict=False)
     missing = [k for k in result.missing_keys if not k.startswith('head.')]
     if missing and strict:
-        raise CheckpointError(f'{checkpoint} lacks weights of this model: {missing[:10]}{missing_hint}')
+        raise CheckpointError(f'{source} lacks weights of this model: {missing[:10]}{missing_hint}')
     if missing:
-        _logger.warning(f'{checkpoint}: {len(missing)} weights not in the checkpoint keep their init: '
-                        f'{missing[:10]}')
+        _logger.warning(f'{source}: {len(missing)} weights not in the checkpoint keep their init: {missing[:10]}')
     if result.unexpected_keys:
-        _logger.info(f'{checkpoint}: ignored weights this model does not have: {result.unexpected_keys[:10]}')
+        _logger.info(f'{source}: ignored weights this model does not have: {result.unexpected_keys[:10]}')
     return result
 
 

@@ -35,7 +35,7 @@ stays): a windowed SR transformer, the memory floor.
     timm.create_model('nalasr_light', upscale=4, attn_types='softmax_explicit')    # the quadratic reference
     model.forward_tiled(lr, tile=192, overlap=16)                                  # any image in bounded memory
 """
-from typing import Callable, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 import torch
 import torch.nn as nn
@@ -43,9 +43,11 @@ from timm.layers import to_2tuple, trunc_normal_
 from timm.models import generate_default_cfgs, register_model
 from timm.models.swin_transformer import WindowAttention, window_partition, window_reverse
 
-from ..checkpoint import Checkpoint, CheckpointError, strip_wrapper_prefixes
+from ..checkpoint.errors import CheckpointError
+from ..checkpoint.loading import pretrained_weights
+from ..checkpoint.reading import Checkpoint, strip_wrapper_prefixes
 from ..ops.nala import build_attention_kernel
-from .family import build_model, load_pretrained, per_stage_kernels
+from .family import build_model, load_weights, per_stage_kernels
 from .layers import NaLaAttention, RoPE2d
 from .nala_swin import shifted_window_mask
 from .recompute import recompute
@@ -345,11 +347,15 @@ class NaLaSR(nn.Module):
         A checkpoint recorded with other ``attn_types`` / ``kernel_kwargs`` fails unless
         ``accept_definition_change``; one of another scale or width fails naming the tensors.
         """
+        return self.load_weights(pretrained_weights(self, checkpoint, ema, accept_definition_change), str(checkpoint))
+
+    @torch.jit.ignore
+    def load_weights(self, state_dict: Dict[str, torch.Tensor], source: str = 'checkpoint'):
+        """Load weights with this model's own keys (:func:`checkpoint_filter_fn`); all of them, no more."""
         hint = ' (another depth, or attn_types with / without global attention?)'
-        result = load_pretrained(self, checkpoint, checkpoint_filter_fn, ema, accept_definition_change,
-                                 missing_hint=hint)
+        result = load_weights(self, state_dict, checkpoint_filter_fn, source, missing_hint=hint)
         if result.unexpected_keys:
-            raise CheckpointError(f'{checkpoint} is not a checkpoint of this NaLa-SR model: it has weights the model '
+            raise CheckpointError(f'{source} is not a checkpoint of this NaLa-SR model: it has weights the model '
                                   f'lacks, {result.unexpected_keys[:10]}{hint}')
         return result
 
@@ -383,8 +389,9 @@ class NaLaSR(nn.Module):
 
 
 def checkpoint_filter_fn(state_dict, model: NaLaSR):
-    """Strip wrapper prefixes (DDP, torch.compile, our runners) and check the tensors' shapes against ``model``:
-    a checkpoint of another scale or width fails naming the tensors (e.g. ``upsample.0.weight`` for the scale)."""
+    """Check the tensors' shapes (the model's own keys) against ``model``: a checkpoint of another scale or width
+    fails naming the tensors (e.g. ``upsample.0.weight`` for the scale). Wrapper prefixes (DDP, torch.compile,
+    our runners) are stripped for callers that pass a wrapped state dict."""
     state_dict = strip_wrapper_prefixes(state_dict)
     own = model.state_dict()
     mismatched = [f'{k}: {tuple(v.shape)} vs {tuple(own[k].shape)}' for k, v in state_dict.items()

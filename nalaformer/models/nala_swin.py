@@ -50,9 +50,11 @@ from timm.models.swin_transformer import (
 from timm.models.swin_transformer import checkpoint_filter_fn as swin_checkpoint_filter_fn
 from timm.models.vision_transformer import get_init_weights_vit
 
-from ..checkpoint import Checkpoint, CheckpointError, strip_wrapper_prefixes
+from ..checkpoint.errors import CheckpointError
+from ..checkpoint.loading import pretrained_weights
+from ..checkpoint.reading import Checkpoint, strip_wrapper_prefixes
 from ..ops.nala import build_attention_kernel
-from .family import build_model, drop_other_classifier, load_pretrained, model_cfg, per_stage, per_stage_kernels
+from .family import build_model, drop_other_classifier, load_weights, model_cfg, per_stage, per_stage_kernels
 from .layers import RoPE2d
 from .recompute import recompute
 
@@ -472,10 +474,15 @@ class NaLaSwinTransformer(nn.Module):
         ``strict=False`` accepts weights this model has and the checkpoint lacks (e.g. starting a
         model with global stages from plain Swin weights: their depthwise convs stay freshly initialised).
         """
-        return load_pretrained(
-            self, checkpoint, checkpoint_filter_fn, ema, accept_definition_change, strict,
-            missing_hint='. A plain Swin checkpoint has no depthwise convs for linear stages: load it with '
-                         'load_pretrained(path, strict=False).')
+        state_dict = pretrained_weights(self, checkpoint, ema, accept_definition_change)
+        return self.load_weights(state_dict, str(checkpoint), strict)
+
+    @torch.jit.ignore
+    def load_weights(self, state_dict: Dict[str, torch.Tensor], source: str = 'checkpoint', strict: bool = True):
+        """Load weights with this model's own keys through the family's layout (:func:`checkpoint_filter_fn`)."""
+        return load_weights(self, state_dict, checkpoint_filter_fn, source, strict,
+                            missing_hint='. A plain Swin checkpoint has no depthwise convs for linear stages: load it '
+                                         'with load_pretrained(path, strict=False).')
 
     def forward_intermediates(
             self,
@@ -547,11 +554,12 @@ _STAGE_KEY = re.compile(r'^layers\.(\d+)\.')
 def checkpoint_filter_fn(state_dict: Dict[str, torch.Tensor], model: NaLaSwinTransformer) -> Dict[str, torch.Tensor]:
     """Map a state dict of this family, of timm's Swin or of the original Swin release onto ``model``.
 
-    Strips wrapper prefixes; drops relative position tables of stages that are linear in ``model``;
+    With the model's own keys: drops relative position tables of stages that are linear in ``model``;
     runs timm's Swin filter (original layout -> timm's, patch embedding and relative position
     tables resized to the model); drops a classifier of another number of classes. Raises
     :class:`CheckpointError` for tensors of the wrong shape or weights of stages/blocks the model
-    does not have (another variant), except whole stages, norm and head a pruned model lacks.
+    does not have (another variant), except whole stages, norm and head a pruned model lacks. Wrapper
+    prefixes (DDP, torch.compile, our runners) are stripped for callers that pass a wrapped state dict.
     """
     state_dict = strip_wrapper_prefixes(state_dict)
     own = model.state_dict()

@@ -10,6 +10,7 @@ state-dict layout, so its checkpoints load as they are:
 Per-stage attention kernels (``attn_types``) default to the release's hybrid
 ``('nala', 'nala', 'softmax', 'softmax')``; ``attn_types='nala'`` makes every stage NaLa.
 """
+import re
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 import torch
@@ -18,13 +19,15 @@ from timm.layers import SelectAdaptivePool2d, calculate_drop_path_rates, trunc_n
 from timm.models import generate_default_cfgs, register_model
 from timm.models._features import feature_take_indices
 
-from ..checkpoint import (
-    Checkpoint, CheckpointError, describe_architecture, name_architecture, strip_wrapper_prefixes, variant_of,
-)
-from .family import build_model, drop_other_classifier, load_pretrained, model_cfg, per_stage, per_stage_kernels
+from ..checkpoint.definitions import definition_args, plain
+from ..checkpoint.errors import CheckpointError
+from ..checkpoint.loading import pretrained_weights
+from ..checkpoint.reading import Checkpoint, strip_wrapper_prefixes
+from .family import build_model, drop_other_classifier, load_weights, model_cfg, per_stage, per_stage_kernels
 from .layers import NaLaStage, Stem
 
-__all__ = ['NaLaFormer', 'MODEL_ARGS', 'checkpoint_filter_fn']
+__all__ = ['NaLaFormer', 'MODEL_ARGS', 'checkpoint_filter_fn', 'describe_architecture', 'variant_of',
+           'name_architecture']
 
 RELEASE_ATTN_TYPES = ('nala', 'nala', 'softmax', 'softmax')
 
@@ -182,13 +185,41 @@ class NaLaFormer(nn.Module):
     @torch.jit.ignore
     def load_pretrained(self, checkpoint: Union[str, Checkpoint], ema: Optional[bool] = None,
                         accept_definition_change: Optional[bool] = None):
-        """Load a checkpoint of ours or of the release (.pth or .safetensors) with clear errors.
+        """Load a checkpoint of ours or of the release (.pth, .safetensors or a timm folder) with clear errors.
 
         ``ema``: its EMA weights (an error if it has none). A checkpoint recorded with other
         ``attn_types`` / ``kernel_kwargs`` fails unless ``accept_definition_change``. A classifier of
         another number of classes is left out (fine-tuning): see the returned missing keys.
         """
-        return load_pretrained(self, checkpoint, checkpoint_filter_fn, ema, accept_definition_change)
+        return self.load_weights(pretrained_weights(self, checkpoint, ema, accept_definition_change), str(checkpoint))
+
+    @torch.jit.ignore
+    def load_weights(self, state_dict: Dict[str, torch.Tensor], source: str = 'checkpoint'):
+        """Load weights with this model's own keys through the family's layout (:func:`checkpoint_filter_fn`)."""
+        return load_weights(self, state_dict, checkpoint_filter_fn, source)
+
+    @staticmethod
+    def architecture_of(state_dict: Dict[str, torch.Tensor]) -> str:
+        """What a NaLaFormer state dict is: 'nalaformer_t (embed_dims=[...], ...)' or 'an unknown configuration
+        (...)'; :class:`CheckpointError` when it is not a NaLaFormer state dict."""
+        return name_architecture(describe_architecture(state_dict))
+
+    @classmethod
+    def release_definition(cls, state_dict: Dict[str, torch.Tensor]) -> dict:
+        """The definition of a NaLaFormer state dict that records none (the release's ``.pth``): its
+        architecture read off the tensors, the release's hybrid attention written out."""
+        arch = describe_architecture(state_dict)
+        variant = variant_of(arch)
+        args = dict(arch) if variant is None else {}
+        for name, key, dim in (('in_chans', 'patch_embed.proj.0.weight', 1), ('head_hidden_size', 'proj.weight', 0)):
+            if key not in state_dict:
+                raise CheckpointError(f'it lacks {key}, so it is not a whole NaLaFormer')
+            args[name] = state_dict[key].shape[dim]
+        args['num_classes'] = state_dict['head.weight'].shape[0] if 'head.weight' in state_dict else 0
+        if not any('.gamma_1' in k for k in state_dict):
+            args['layer_scale_init_values'] = None
+        args.update(definition_args({}, cls))  # the release's hybrid, written out
+        return dict(architecture=variant or 'nalaformer_t', model_args=plain(args))
 
     def forward_intermediates(
             self,
@@ -251,12 +282,53 @@ class NaLaFormer(nn.Module):
         return self.forward_head(self.forward_features(x))
 
 
-def checkpoint_filter_fn(state_dict: Dict[str, torch.Tensor], model: NaLaFormer) -> Dict[str, torch.Tensor]:
-    """Map a release-layout (or our own) state dict onto ``model``.
+def describe_architecture(state_dict: Dict[str, torch.Tensor]) -> dict:
+    """Per-stage embed_dims, depths, num_heads and mlp_ratios read off a NaLaFormer state dict."""
+    depths: Dict[int, int] = {}
+    for key in state_dict:
+        m = re.match(r'layers\.(\d+)\.blocks\.(\d+)\.', key)
+        if m:
+            stage, block = int(m.group(1)), int(m.group(2))
+            depths[stage] = max(depths.get(stage, 0), block + 1)
+    if not depths:
+        raise CheckpointError('this is not a NaLaFormer state dict: it has no layers.<i>.blocks.<j> entries')
+    stages = range(max(depths) + 1)
+    dims, heads, ratios = [], [], []
+    try:
+        for i in stages:
+            dim = state_dict[f'layers.{i}.blocks.0.norm1.norm.weight'].shape[0]
+            head_dim = 2 * state_dict[f'layers.{i}.RoPE.angle'].shape[0]
+            dims.append(dim)
+            heads.append(dim // head_dim)
+            ratios.append(state_dict[f'layers.{i}.blocks.0.ffn.fc1.weight'].shape[0] / dim)
+    except KeyError as e:
+        raise CheckpointError(f'this is not a NaLaFormer state dict: it lacks {e.args[0]}') from None
+    return dict(embed_dims=tuple(dims), depths=tuple(depths.get(i, 0) for i in stages),
+                num_heads=tuple(heads), mlp_ratios=tuple(ratios))
 
-    The layouts are identical, so this only strips wrapper prefixes (DDP, compile, our runners), drops a
-    classifier of another number of classes (fine-tuning) and checks the architecture: a
-    checkpoint of another variant raises :class:`CheckpointError` naming the variant it looks like.
+
+def variant_of(arch: dict) -> Optional[str]:
+    """The NaLaFormer variant with this architecture (:func:`describe_architecture`), or None."""
+    for name, args in MODEL_ARGS.items():
+        if all(tuple(arch.get(k, ())) == tuple(args[k]) for k in ('embed_dims', 'depths', 'num_heads', 'mlp_ratios')):
+            return name
+    return None
+
+
+def name_architecture(arch: dict) -> str:
+    """'nalaformer_t (embed_dims=[...], ...)' or 'an unknown configuration (...)'."""
+    variant = variant_of(arch)
+    described = ', '.join(f'{k}={list(v) if isinstance(v, tuple) else v}' for k, v in arch.items())
+    return f'{variant} ({described})' if variant else f'an unknown configuration ({described})'
+
+
+def checkpoint_filter_fn(state_dict: Dict[str, torch.Tensor], model: NaLaFormer) -> Dict[str, torch.Tensor]:
+    """Map a release-layout (or our own) state dict, with the model's own keys, onto ``model``.
+
+    The layouts are identical, so this only drops a classifier of another number of classes (fine-tuning)
+    and checks the architecture: a checkpoint of another variant raises :class:`CheckpointError` naming the
+    variant it looks like. Wrapper prefixes (DDP, torch.compile, our runners) are stripped for callers that
+    pass a wrapped state dict (on the load path the keys are already the model's own).
     """
     state_dict = strip_wrapper_prefixes(state_dict)
     own = model.state_dict()

@@ -1,0 +1,150 @@
+"""Loading checkpoints into models: the one path every tool takes, and the options of timm's ``pretrained=True``.
+
+A checkpoint is read once (:class:`~nalaformer.checkpoint.reading.Checkpoint`), its weights are picked and
+given the model's own keys once (:meth:`~nalaformer.checkpoint.reading.Checkpoint.model_weights`), its
+recorded definition is checked, and the weights are handed to the model family once (its ``load_weights``,
+which applies the family's state-dict layout). The checkpoint code asks the model about layouts (its
+``architecture_of`` names what a state dict looks like); the model families never import back beyond
+reading and these loading helpers.
+"""
+import contextlib
+import contextvars
+from typing import Iterator, Optional, Tuple, Union
+
+import torch.nn as nn
+
+from .definitions import check_definition, definition_modules, unwrap
+from .errors import CheckpointError
+from .reading import Checkpoint, PathLike, StateDict, strip_wrapper_prefixes
+
+__all__ = ['check_state_dict_fits', 'check_recorded_definitions', 'load_checkpoint_into', 'loading_options',
+           'pretrained_options', 'pretrained_weights', 'pretrained_kwargs']
+
+
+def check_state_dict_fits(model: nn.Module, state_dict: StateDict) -> None:
+    """Raise CheckpointError when tensors of ``state_dict`` have other shapes than ``model``'s.
+
+    When the mismatch is inside a model of this project whose family can name architectures
+    (``architecture_of``), the message says what the checkpoint looks like and what the model is.
+    """
+    own = model.state_dict()
+    mismatched = [k for k, v in state_dict.items() if k in own and own[k].shape != v.shape]
+    if not mismatched:
+        return
+    message = f'checkpoint does not fit the model: {len(mismatched)} tensors differ in shape, e.g. {mismatched[:3]}'
+    for name, module in definition_modules(model):
+        prefix = f'{name}.' if name else ''
+        if mismatched[0].startswith(prefix) and hasattr(module, 'architecture_of'):
+            theirs = {k[len(prefix):]: v for k, v in state_dict.items() if k.startswith(prefix)}
+            with contextlib.suppress(CheckpointError):  # not that family's layout after all: the shapes say enough
+                message += (f'; the checkpoint looks like {module.architecture_of(theirs)}, the model is '
+                            f'{module.architecture_of(module.state_dict())}')
+            break
+    raise CheckpointError(message)
+
+
+def check_recorded_definitions(model: nn.Module, checkpoint: Checkpoint, accept: bool = False,
+                               cfg_prefix: str = 'model.') -> None:
+    """:func:`~nalaformer.checkpoint.definitions.check_definition` of every model a runner checkpoint records,
+    at its path inside ``model``."""
+    for definition in checkpoint.definitions:
+        try:
+            module = model.get_submodule(definition['module'])
+        except AttributeError:
+            raise CheckpointError(f'{checkpoint.path} holds a model at {definition["module"]!r}, which this '
+                                  f'model lacks: was it written by another config?') from None
+        check_definition(definition, module, accept, str(checkpoint.path), cfg_prefix)
+
+
+def load_checkpoint_into(model: nn.Module, checkpoint: Checkpoint, ema: bool = False,
+                         accept_definition_change: bool = False, cfg_prefix: str = 'model.') -> None:
+    """Load a checkpoint into a (wrapped) model for evaluation, checking definitions and fit.
+
+    A runner checkpoint loads strictly into the model that wrote it (every recorded definition checked).
+    Any other file (the release's, a converted one, a bare state dict, a timm folder) holds one model of this
+    project: its weights go to that model's ``load_weights`` (the family's layout and variant check) and must
+    cover all of it, classifier included.
+    """
+    target = unwrap(model)
+    if checkpoint.is_runner_checkpoint:
+        check_recorded_definitions(target, checkpoint, accept_definition_change, cfg_prefix)
+        state_dict = checkpoint.weights(ema)
+        check_state_dict_fits(target, state_dict)
+        result = target.load_state_dict(state_dict, strict=False)
+        missing, unexpected = result.missing_keys, result.unexpected_keys
+    else:
+        modules = definition_modules(target)
+        if len(modules) != 1:
+            raise CheckpointError(f'{checkpoint.path} holds the weights of one model, but the config builds '
+                                  f'{len(modules)} models of this project: load it through the backbone init_cfg')
+        name, module = modules[0]
+        state_dict, definition = checkpoint.model_weights(ema)
+        check_definition(definition, module, accept_definition_change, str(checkpoint.path), cfg_prefix)
+        result = module.load_weights(state_dict, str(checkpoint.path))
+        missing, unexpected = [f'{name}.{k}' if name else k for k in result.missing_keys], []
+    if missing or unexpected:
+        raise CheckpointError(f'{checkpoint.path} does not hold every weight of the model: missing {missing[:10]}, '
+                              f'unexpected {unexpected[:10]} (a checkpoint for another number of classes or task?)')
+
+
+_LOADING = contextvars.ContextVar('nalaformer_pretrained_loading', default={})
+
+
+@contextlib.contextmanager
+def loading_options(**options) -> Iterator[None]:
+    """Options for the ``load_pretrained`` that timm calls while building a model (it passes only the file)."""
+    token = _LOADING.set(options)
+    try:
+        yield
+    finally:
+        _LOADING.reset(token)
+
+
+def pretrained_options(ema: Optional[bool], accept_definition_change: Optional[bool]) -> Tuple[bool, bool]:
+    """Explicit arguments of ``load_pretrained``, else those of the enclosing :func:`loading_options`."""
+    options = _LOADING.get()
+    return (options.get('ema', False) if ema is None else ema,
+            options.get('accept_definition_change', False) if accept_definition_change is None
+            else accept_definition_change)
+
+
+def pretrained_weights(model: nn.Module, checkpoint: Union[PathLike, Checkpoint], ema: Optional[bool] = None,
+                       accept_definition_change: Optional[bool] = None) -> StateDict:
+    """The weights a model's ``load_pretrained`` should load (its own keys: the file read once, its weights
+    picked once, wrapper prefixes stripped once), after the definition check."""
+    ema, accept = pretrained_options(ema, accept_definition_change)
+    if not isinstance(checkpoint, Checkpoint):
+        checkpoint = Checkpoint.read(checkpoint)
+    state_dict, definition = checkpoint.model_weights(ema)
+    check_definition(definition, model, accept, str(checkpoint.path))
+    return state_dict
+
+
+def pretrained_kwargs(variant: str, kwargs: dict) -> Tuple[dict, dict]:
+    """Split timm kwargs for ``pretrained=True`` into the model's and :func:`loading_options`'.
+
+    ``pretrained_ema=True`` loads the checkpoint's EMA weights, ``accept_definition_change=True`` a
+    checkpoint recorded with other ``attn_types`` / ``kernel_kwargs``. No weights are hosted, so a
+    local file, state dict or timm folder (``timm.create_model('local-dir:DIR')``) is required; files and
+    folders are read by the model's own ``load_pretrained`` (timm's ``custom_load``), which is safe,
+    checks the recorded definition and names what is wrong with a checkpoint. A model named
+    ``hf-hub:...`` is loaded by timm.
+    """
+    kwargs = dict(kwargs)
+    options = dict(ema=kwargs.pop('pretrained_ema', False),
+                   accept_definition_change=kwargs.pop('accept_definition_change', False))
+    overlay = dict(kwargs.get('pretrained_cfg_overlay') or {})
+    cfg = kwargs.get('pretrained_cfg')
+    source = cfg.get('source') if isinstance(cfg, dict) else None  # set by timm for 'local-dir:' / 'hf-hub:' names
+    if source == 'hf-hub':
+        return kwargs, options
+    if source == 'local-dir' and not overlay:
+        overlay = dict(file=cfg['file'], source=None)  # the folder, read like any checkpoint
+    if not (overlay.get('file') or overlay.get('state_dict')):
+        raise ValueError(
+            f'{variant}: no weights are hosted for download; pass a local checkpoint with '
+            f"pretrained_cfg_overlay=dict(file='path/to/checkpoint.pth' or '.safetensors')")
+    if overlay.get('state_dict'):  # handed to the family's filter by timm: with the model's own keys
+        overlay['state_dict'] = strip_wrapper_prefixes(overlay['state_dict'])
+    overlay.setdefault('custom_load', bool(overlay.get('file')))
+    return {**kwargs, 'pretrained_cfg_overlay': overlay}, options
