@@ -9,8 +9,8 @@ through :mod:`nalaformer.checkpoint` and checks recorded definitions when it loa
 """
 import copy
 import os
-import re
 import os.path as osp
+import re
 
 import numpy as np
 import torch
