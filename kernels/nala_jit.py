@@ -13,8 +13,8 @@ BLOCK_D, a power of two) and R_i the RoPE rotation of token i::
     out_i = (R_i phi_q(q_i))^T state / (phi_q(q_i) . mean + eps)
 
 Half 1 / half 2 are the positive / negative parts (release form) or the cos / sin parts
-(cosine-inhibit form, ``COS``). Five kernels: two sums over the tokens (state; d state), split
-into token ranges whose partial sums PyTorch adds up, and three passes of one token block per
+(cosine-inhibit form, ``COS``). Four kernels: one sum over the tokens (state, or d state with
+``QUERIES``), split into token ranges whose partial sums PyTorch adds up, and three passes of one token block per
 program (output; dq; dk and dv) that read the state where they multiply by it. All arithmetic,
 the tile products' operands included, runs in ``ACC`` (float32, or float64).
 """
@@ -275,17 +275,19 @@ def _query_tile(q_base, rope_ptr, mean_base, row0, N, D, stride_qn, alpha, COS: 
 # ----------------------------------------------------------------------------------------------
 @triton.jit(do_not_specialize=['N'])
 def _state_kernel(
-        k_ptr, v_ptr, rope_ptr, state_ptr, ksum_ptr, H, N, D, stride_kb, stride_kh, stride_kn,
-        stride_vb, stride_vh, stride_vn, alpha, tokens_per_range,
+        x_ptr, y_ptr, rope_ptr, mean_ptr, state_ptr, H, N, D, stride_xb, stride_xh, stride_xn,
+        stride_yb, stride_yh, stride_yn, alpha, tokens_per_range, QUERIES: tl.constexpr,
         COS: tl.constexpr, ACC: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
         BLOCK_DV: tl.constexpr, DV_PAD: tl.constexpr):
-    """Grid (B*H, token ranges, value blocks): the range's partial state (2, BLOCK_D, BLOCK_DV) = sum R phi_k v^T / N
-    and key sums (2, BLOCK_D) into (B*H, ranges, 2, BLOCK_D, DV_PAD) and (B*H, ranges, 2, BLOCK_D) buffers."""
+    """Grid (B*H, token ranges, value blocks): the range's partial sum (2, BLOCK_D, BLOCK_DV) of R phi_x y^T into a
+    (B*H, ranges, 2, BLOCK_D, DV_PAD) buffer. Keys (x = k, y = v): the state, sum R phi_k v^T / N, and the key
+    sums (2, BLOCK_D) into a (B*H, ranges, 2, BLOCK_D) buffer at mean_ptr. QUERIES (x = q, y = g = d out): the
+    d state, sum_i R_i phi_q_i (g_i / z_i)^T, with z from the key mean (B*H, 2, BLOCK_D) at mean_ptr."""
     bh = tl.program_id(0).to(tl.int64)  # offsets past 2^31 elements
     vblock = tl.program_id(2)
     inv_sqrt_n = 1.0 / tl.sqrt(N.to(ACC))
-    k_base = _head(k_ptr, bh, H, stride_kb, stride_kh)
-    v_base = _head(v_ptr, bh, H, stride_vb, stride_vh) + vblock * BLOCK_DV
+    x_base = _head(x_ptr, bh, H, stride_xb, stride_xh)
+    y_base = _head(y_ptr, bh, H, stride_yb, stride_yh) + vblock * BLOCK_DV
     acc1 = tl.zeros((BLOCK_D, BLOCK_DV), ACC)
     acc2 = tl.zeros((BLOCK_D, BLOCK_DV), ACC)
     sum1 = tl.zeros((BLOCK_D,), ACC)
@@ -293,22 +295,31 @@ def _state_kernel(
     first, end = _token_range(N, tokens_per_range, BLOCK_N)
     for block in range(first, end):
         row0 = block * BLOCK_N
-        k = _load_rows(k_base, row0, N, D, stride_kn, BLOCK_N, BLOCK_D, ACC)
-        v = _load_rows(v_base, row0, N, D - vblock * BLOCK_DV, stride_vn, BLOCK_N, BLOCK_DV, ACC) * inv_sqrt_n
-        sin, cos = _load_rope(rope_ptr, row0, N, D, BLOCK_N, BLOCK_D, ACC)
-        h1, h2 = _key_halves(k, alpha, COS)
-        sum1 += tl.sum(h1, axis=0)
-        sum2 += tl.sum(h2, axis=0)
-        acc1 = _mm(tl.trans(_rope(h1, sin, cos, BLOCK_N, BLOCK_D) * inv_sqrt_n), v, acc1)
-        acc2 = _mm(tl.trans(_rope(h2, sin, cos, BLOCK_N, BLOCK_D) * inv_sqrt_n), v, acc2)
+        y = _load_rows(y_base, row0, N, D - vblock * BLOCK_DV, stride_yn, BLOCK_N, BLOCK_DV, ACC)
+        if QUERIES:
+            _, _, _, r1, r2, z, _, _ = _query_tile(x_base, rope_ptr, mean_ptr + bh * 2 * BLOCK_D, row0, N, D,
+                                                   stride_xn, alpha, COS, ACC, BLOCK_N, BLOCK_D)
+            y = y / z[:, None]
+        else:
+            k = _load_rows(x_base, row0, N, D, stride_xn, BLOCK_N, BLOCK_D, ACC)
+            sin, cos = _load_rope(rope_ptr, row0, N, D, BLOCK_N, BLOCK_D, ACC)
+            h1, h2 = _key_halves(k, alpha, COS)
+            sum1 += tl.sum(h1, axis=0)
+            sum2 += tl.sum(h2, axis=0)
+            r1 = _rope(h1, sin, cos, BLOCK_N, BLOCK_D) * inv_sqrt_n
+            r2 = _rope(h2, sin, cos, BLOCK_N, BLOCK_D) * inv_sqrt_n
+            y = y * inv_sqrt_n
+        acc1 = _mm(tl.trans(r1), y, acc1)
+        acc2 = _mm(tl.trans(r2), y, acc2)
     part = bh * tl.num_programs(1) + tl.program_id(1)
     base = state_ptr + part * 2 * BLOCK_D * DV_PAD + vblock * BLOCK_DV
     _store_rows(base, acc1, 0, BLOCK_D, BLOCK_DV, DV_PAD, BLOCK_D, BLOCK_DV)
     _store_rows(base + BLOCK_D * DV_PAD, acc2, 0, BLOCK_D, BLOCK_DV, DV_PAD, BLOCK_D, BLOCK_DV)
-    if vblock == 0:
-        offs = tl.arange(0, BLOCK_D)
-        tl.store(ksum_ptr + part * 2 * BLOCK_D + offs, sum1)
-        tl.store(ksum_ptr + part * 2 * BLOCK_D + BLOCK_D + offs, sum2)
+    if not QUERIES:
+        if vblock == 0:
+            offs = tl.arange(0, BLOCK_D)
+            tl.store(mean_ptr + part * 2 * BLOCK_D + offs, sum1)
+            tl.store(mean_ptr + part * 2 * BLOCK_D + BLOCK_D + offs, sum2)
 
 
 @triton.jit(do_not_specialize=['N'])
@@ -329,32 +340,6 @@ def _output_kernel(
         num = _mm(r2, _state_block(state_base, 1, c, BLOCK_D, BLOCK_DV, DV_PAD, ACC), num)
         _store_rows(out_ptr + bh * N * D + c * BLOCK_DV, num / z[:, None], row0, N, D - c * BLOCK_DV, D, BLOCK_N,
                     BLOCK_DV)
-
-
-@triton.jit(do_not_specialize=['N'])
-def _dstate_kernel(
-        q_ptr, g_ptr, rope_ptr, mean_ptr, dstate_ptr, H, N, D, stride_qb, stride_qh, stride_qn,
-        stride_gb, stride_gh, stride_gn, alpha, tokens_per_range,
-        COS: tl.constexpr, ACC: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
-        BLOCK_DV: tl.constexpr, DV_PAD: tl.constexpr):
-    """Grid (B*H, token ranges, value blocks): the range's partial d state = sum_i R_i phi_q_i (g_i / z_i)^T."""
-    bh = tl.program_id(0).to(tl.int64)
-    vblock = tl.program_id(2)
-    q_base = _head(q_ptr, bh, H, stride_qb, stride_qh)
-    g_base = _head(g_ptr, bh, H, stride_gb, stride_gh) + vblock * BLOCK_DV
-    acc1 = tl.zeros((BLOCK_D, BLOCK_DV), ACC)
-    acc2 = tl.zeros((BLOCK_D, BLOCK_DV), ACC)
-    first, end = _token_range(N, tokens_per_range, BLOCK_N)
-    for block in range(first, end):
-        row0 = block * BLOCK_N
-        _, _, _, r1, r2, z, _, _ = _query_tile(q_base, rope_ptr, mean_ptr + bh * 2 * BLOCK_D, row0, N, D,
-                                               stride_qn, alpha, COS, ACC, BLOCK_N, BLOCK_D)
-        g = _load_rows(g_base, row0, N, D - vblock * BLOCK_DV, stride_gn, BLOCK_N, BLOCK_DV, ACC) / z[:, None]
-        acc1 = _mm(tl.trans(r1), g, acc1)
-        acc2 = _mm(tl.trans(r2), g, acc2)
-    base = dstate_ptr + (bh * tl.num_programs(1) + tl.program_id(1)) * 2 * BLOCK_D * DV_PAD + vblock * BLOCK_DV
-    _store_rows(base, acc1, 0, BLOCK_D, BLOCK_DV, DV_PAD, BLOCK_D, BLOCK_DV)
-    _store_rows(base + BLOCK_D * DV_PAD, acc2, 0, BLOCK_D, BLOCK_DV, DV_PAD, BLOCK_D, BLOCK_DV)
 
 
 @triton.jit(do_not_specialize=['N'])
@@ -488,8 +473,8 @@ def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, rope: torch.Tenso
     partial_state = p.empty(p.bh, ranges, 2, p.block_d, p.dv_pad)
     partial_ksum = p.empty(p.bh, ranges, 2, p.block_d)
     _state_kernel[(p.bh, ranges, p.value_blocks)](
-        k, v, rope, partial_state, partial_ksum, p.heads, p.n, p.d, *_strides(k), *_strides(v), p.alpha,
-        tokens_per_range, **p.meta)
+        k, v, rope, partial_ksum, partial_state, p.heads, p.n, p.d, *_strides(k), *_strides(v), p.alpha,
+        tokens_per_range, QUERIES=False, **p.meta)
     state, mean = partial_state.sum(1), partial_ksum.sum(1) / p.n
     out = p.empty(p.batch, p.heads, p.n, p.d)
     _output_kernel[(p.bh, p.token_blocks)](
@@ -504,9 +489,9 @@ def backward(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tens
     p = _Problem(q, alpha)
     tokens_per_range, ranges = p.token_ranges()
     partial_dstate = p.empty(p.bh, ranges, 2, p.block_d, p.dv_pad)
-    _dstate_kernel[(p.bh, ranges, p.value_blocks)](
+    _state_kernel[(p.bh, ranges, p.value_blocks)](
         q, dout, rope, mean, partial_dstate, p.heads, p.n, p.d, *_strides(q), *_strides(dout), p.alpha,
-        tokens_per_range, **p.meta)
+        tokens_per_range, QUERIES=True, **p.meta)
     dq = torch.empty_like(q, memory_format=torch.contiguous_format)
     partial_dmean = p.empty(p.bh, p.token_blocks, 2, p.block_d)
     _dq_kernel[(p.bh, p.token_blocks)](

@@ -30,6 +30,8 @@ from nalaformer.checkpoint import model_definition, model_definitions, save_stat
 from nalaformer.engine import TimmClassifier
 from nalaformer.errors import USER_ERROR_EXIT, run_tool
 
+pytestmark = pytest.mark.xdist_group('bad_inputs')  # one worker under pytest -n: the tests share the user's files; the last one writes the table of what the others printed
+
 ROOT = Path(__file__).resolve().parents[1]
 CONFIG = str(ROOT / 'configs' / 'nalaformer' / 'nalaformer-t_8xb128_in1k.py')
 SEG_CONFIG = str(ROOT / 'configs' / 'ade20k' / 'upernet_nalaformer-t_8xb2-160k_ade20k-512x512.py')
@@ -358,56 +360,45 @@ CASES = {
         'train.py', '`--resume` a best-metric checkpoint (no optimizer state)',
         train_argv('--resume', lambda w: str(w / 'run' / 'best_accuracy_top1_epoch_1.pth')),
         lambda w: ('best_accuracy_top1_epoch_1.pth holds no optimizer state', 'epoch_*.pth', 'load_from=')),
-    # --- config values
-    'option-lr-text': Case(
-        'train.py', '`optim_wrapper.optimizer.lr=3e-3x`', train_options('optim_wrapper.optimizer.lr=3e-3x'),
-        lambda w: ('--cfg-options optim_wrapper.optimizer.lr: expected a number', "the text '3e-3x'")),
-    'option-epochs-text': Case(
-        'train.py', '`train_cfg.max_epochs=ten`', train_options('train_cfg.max_epochs=ten'),
-        lambda w: ('train_cfg.max_epochs: expected a number', "'ten'")),
-    'option-list-item': Case(
-        'train.py', '`model.embed_dims=[16,32,x,64]`', train_options('model.embed_dims=[16,32,x,64]'),
-        lambda w: ('model.embed_dims: expected a number, or a list of them',)),
-    'option-dict-text': Case(
-        'train.py', '`model.mixup=off` (a dict in the config)', train_options('model.mixup=off'),
-        lambda w: ('model.mixup: expected a dict (or None)', "'off'")),
-    'option-bool-for-number': Case(
-        'train.py', '`model.drop_path_rate=True`', train_options('model.drop_path_rate=True'),
-        lambda w: ('model.drop_path_rate: expected a number', 'got True')),
-    'option-batch-size-zero': Case(
-        'train.py', '`train_dataloader.batch_size=0`', train_options('train_dataloader.batch_size=0'),
-        lambda w: ('train_dataloader.batch_size: expected a whole number >= 1', 'got 0')),
-    'option-lr-negative': Case(
-        'train.py', '`optim_wrapper.optimizer.lr=-0.1`', train_options('optim_wrapper.optimizer.lr=-0.1'),
-        lambda w: ('optim_wrapper.optimizer.lr: expected a finite number >= 0', 'got -0.1')),
-    'option-nan': Case(
-        'train.py', '`model.drop_path_rate=nan`', train_options('model.drop_path_rate=nan'),
-        lambda w: ('model.drop_path_rate: expected a number, not NaN',)),
-    'option-key-typo': Case(
-        'train.py', '`train_cfg.max_epoch=3` (no such key)', train_options('train_cfg.max_epoch=3'),
-        lambda w: ("no key 'max_epoch' at train_cfg", 'max_epochs')),
-    'option-optimizer-argument-typo': Case(
-        'train.py', '`optim_wrapper.optimizer.lrr=0.1` (not an argument of the optimizer)',
-        train_options('optim_wrapper.optimizer.lrr=0.1'),
-        lambda w: ("optim_wrapper.optimizer.lrr: AdamW takes no argument 'lrr'", "'lr'")),
-    'model-keyword-typo': Case(
-        'train.py', '`model.drop_path=0.1` (not an argument of the model)', train_options('model.drop_path=0.1'),
-        lambda w: ("takes no argument 'drop_path'", 'drop_path_rate')),
-    # --- kernel keywords
-    'kernel-alpha-negative': Case(
-        'train.py', '`nala_cos` with `alpha=-1`', train_options('model.attn_types=nala_cos', 'model.kernel_kwargs.alpha=-1'),
-        lambda w: ("attention kernel 'nala_cos': alpha must be a finite number > 0, got -1",)),
-    'kernel-alpha-nan': Case(
-        'train.py', '`nala_cos` with `alpha=nan`', train_options('model.attn_types=nala_cos', 'model.kernel_kwargs.alpha=nan'),
-        lambda w: ('--cfg-options model.kernel_kwargs.alpha: expected a number, not NaN',)),
-    'kernel-power-zero': Case(
-        'train.py', '`relu` with `power=0`', train_options('model.attn_types=relu', 'model.kernel_kwargs.power=0'),
-        lambda w: ("attention kernel 'relu': power must be a finite number > 0, got 0",)),
-    'kernel-power-inf': Case(
-        'train.py', '`const_power` with `power=inf`',
-        train_options('model.attn_types=const_power', 'model.kernel_kwargs.power=inf'),
-        lambda w: ("attention kernel 'const_power': power must be a finite number > 0, got inf",)),
 }
+# tools/train.py with bad --cfg-options: case id -> (the options, what the message must contain[, a note])
+OPTION_CASES = {
+    # --- config values
+    'option-lr-text': (['optim_wrapper.optimizer.lr=3e-3x'],
+                       ('--cfg-options optim_wrapper.optimizer.lr: expected a number', "the text '3e-3x'")),
+    'option-epochs-text': (['train_cfg.max_epochs=ten'], ('train_cfg.max_epochs: expected a number', "'ten'")),
+    'option-list-item': (['model.embed_dims=[16,32,x,64]'], ('model.embed_dims: expected a number, or a list of them',)),
+    'option-dict-text': (['model.mixup=off'], ('model.mixup: expected a dict (or None)', "'off'"), 'a dict in the config'),
+    'option-bool-for-number': (['model.drop_path_rate=True'], ('model.drop_path_rate: expected a number', 'got True')),
+    'option-batch-size-zero': (['train_dataloader.batch_size=0'],
+                               ('train_dataloader.batch_size: expected a whole number >= 1', 'got 0')),
+    'option-lr-negative': (['optim_wrapper.optimizer.lr=-0.1'],
+                           ('optim_wrapper.optimizer.lr: expected a finite number >= 0', 'got -0.1')),
+    'option-nan': (['model.drop_path_rate=nan'], ('model.drop_path_rate: expected a number, not NaN',)),
+    'option-key-typo': (['train_cfg.max_epoch=3'], ("no key 'max_epoch' at train_cfg", 'max_epochs'), 'no such key'),
+    'option-optimizer-argument-typo': (['optim_wrapper.optimizer.lrr=0.1'],
+                                       ("optim_wrapper.optimizer.lrr: AdamW takes no argument 'lrr'", "'lr'"),
+                                       'not an argument of the optimizer'),
+    'model-keyword-typo': (['model.drop_path=0.1'], ("takes no argument 'drop_path'", 'drop_path_rate'),
+                           'not an argument of the model'),
+    # --- kernel keywords
+    'kernel-alpha-negative': (['model.attn_types=nala_cos', 'model.kernel_kwargs.alpha=-1'],
+                              ("attention kernel 'nala_cos': alpha must be a finite number > 0, got -1",)),
+    'kernel-alpha-nan': (['model.attn_types=nala_cos', 'model.kernel_kwargs.alpha=nan'],
+                         ('--cfg-options model.kernel_kwargs.alpha: expected a number, not NaN',)),
+    'kernel-power-zero': (['model.attn_types=relu', 'model.kernel_kwargs.power=0'],
+                          ("attention kernel 'relu': power must be a finite number > 0, got 0",)),
+    'kernel-power-inf': (['model.attn_types=const_power', 'model.kernel_kwargs.power=inf'],
+                         ("attention kernel 'const_power': power must be a finite number > 0, got inf",)),
+}
+
+
+def option_case(options: List[str], says: Tuple[str, ...], note: str = '') -> Case:
+    what = ' '.join(f'`{option}`' for option in options) + (f' ({note})' if note else '')
+    return Case('train.py', what, train_options(*options), lambda w: says)
+
+
+CASES.update({case_id: option_case(*case) for case_id, case in OPTION_CASES.items()})
 ROWS: Dict[str, Tuple[str, str, str, int]] = {}  # case id -> (tool, bad input, message, exit code), for the table
 
 

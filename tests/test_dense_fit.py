@@ -7,7 +7,6 @@ ResNet-18 figure is measured, not recorded. Scenes: Fashion-MNIST items pasted o
 photograph (nalaformer.datasets.write_scenes); the metric is taken on the training scenes.
 """
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -24,8 +23,7 @@ def fit(task, tmp_path, *options):
     out = tmp_path / task
     result = subprocess.run([sys.executable, str(DENSE_FIT), task, '--backbones', 'nalaformer_xt', 'resnet18',
                              '--work-dir', str(tmp_path), '--out', str(out), *QUICK, *options],
-                            capture_output=True, text=True, timeout=2400, cwd=ROOT,
-                            env={**os.environ, 'OMP_NUM_THREADS': '2'})
+                            capture_output=True, text=True, timeout=2400, cwd=ROOT)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-5000:]
     assert out.with_suffix('.png').is_file()
     runs = {run['backbone']: run for run in json.loads(out.with_suffix('.json').read_text())['runs']}
@@ -33,9 +31,10 @@ def fit(task, tmp_path, *options):
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(2400)  # two trainings: about 6 min on 2 idle cores, more on busy ones
+@pytest.mark.timeout(2400)  # two trainings: about 8 min on one thread
 def test_mask_rcnn_fits_the_scenes_at_least_half_as_well_as_resnet18(tmp_path):
-    nala, resnet = fit('det', tmp_path, '--iters', '120', '--eval-every', '120')
+    # measured at 80 iterations, one thread: box / mask AP 0.45 / 0.48 (ResNet-18 0.50 / 0.49), 7 min; 0 at 40
+    nala, resnet = fit('det', tmp_path, '--iters', '90', '--eval-every', '90')
     for metric in ('coco/bbox_mAP', 'coco/segm_mAP'):
         ours, reference = nala['metrics'][-1][metric], resnet['metrics'][-1][metric]
         assert reference >= 0.2, (metric, reference)  # the schedule is long enough for the reference to fit

@@ -1,9 +1,6 @@
 """COCO detection / instance segmentation with mmdetection: configs, tiny end-to-end runs (CPU)."""
 import json
 import math
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import mmdet
@@ -13,6 +10,8 @@ import torch
 from mmdet.datasets import CocoDataset
 from mmengine.config import Config
 from PIL import Image, ImageDraw
+
+from tool_runs import run_script, train
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = ROOT / 'configs' / 'coco'
@@ -95,14 +94,6 @@ def tiny_options(data_root, detector='mask_rcnn'):
              'model.backbone.depths=[1,1,1,1]', 'model.backbone.num_heads=[1,2,3,4]', f'model.neck.in_channels=[{TINY}]',
              'train_cfg.max_epochs=1', 'default_hooks.logger.interval=1', 'log_processor.window_size=1']
     return opts + [f'{k}={v}' for k, v in HEAD_WIDTHS[detector].items()] + [f'{SCORE_THR[detector]}=0.0']
-
-
-def run_script(script, *args, check=True):
-    result = subprocess.run([sys.executable, str(script), *map(str, args)], capture_output=True, text=True,
-                            timeout=900, cwd=ROOT, env={**os.environ, 'OMP_NUM_THREADS': '1'})  # busy CI cores
-    if check:
-        assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-5000:]
-    return result
 
 
 def val_metrics(work_dir):
@@ -216,11 +207,10 @@ def test_missing_coco_files_are_named(tmp_path):
 
 @pytest.fixture(scope='module')
 def trained_mask_rcnn(tiny_coco, tmp_path_factory):
-    work = tmp_path_factory.mktemp('mask_rcnn')
-    run_script(ROOT / 'tools' / 'train.py', MASK_RCNN, '--work-dir', work, '--cfg-options', *tiny_options(tiny_coco))
-    return work
+    return train(MASK_RCNN, tmp_path_factory.mktemp('mask_rcnn'), *tiny_options(tiny_coco))
 
 
+@pytest.mark.xdist_group('det_mask_rcnn_run')
 @pytest.mark.slow
 def test_mask_rcnn_trains_and_reports_coco_box_and_mask_ap(trained_mask_rcnn):
     assert all(isinstance(v, float) for v in coco_metrics(val_metrics(trained_mask_rcnn), ['bbox', 'segm']).values())
@@ -228,6 +218,7 @@ def test_mask_rcnn_trains_and_reports_coco_box_and_mask_ap(trained_mask_rcnn):
     assert checkpoint['meta']['dataset_meta']['classes'][:3] == ('person', 'bicycle', 'car')
 
 
+@pytest.mark.xdist_group('det_mask_rcnn_run')
 @pytest.mark.slow
 def test_test_tool_reports_coco_metrics_and_draws_predictions(trained_mask_rcnn, tiny_coco, tmp_path):
     out = run_script(ROOT / 'tools' / 'test.py', MASK_RCNN, trained_mask_rcnn / 'epoch_1.pth', '--work-dir',
@@ -240,6 +231,7 @@ def test_test_tool_reports_coco_metrics_and_draws_predictions(trained_mask_rcnn,
     assert Image.open(tmp_path / 'show' / drawn[0]).size == (320, 120)  # ground truth | predictions
 
 
+@pytest.mark.xdist_group('det_mask_rcnn_run')
 @pytest.mark.slow
 def test_demo_writes_a_picture_of_the_predictions(trained_mask_rcnn, tiny_coco, tmp_path):
     [config] = trained_mask_rcnn.glob('*.py')  # the config tools/train.py saved with the tiny settings
@@ -251,8 +243,7 @@ def test_demo_writes_a_picture_of_the_predictions(trained_mask_rcnn, tiny_coco, 
 
 @pytest.mark.slow
 def test_retinanet_trains_and_reports_coco_box_ap(tiny_coco, tmp_path):
-    run_script(ROOT / 'tools' / 'train.py', RETINANET, '--work-dir', tmp_path,
-               '--cfg-options', *tiny_options(tiny_coco, detector='retinanet'))
+    train(RETINANET, tmp_path, *tiny_options(tiny_coco, detector='retinanet'))
     metrics = val_metrics(tmp_path)
     assert all(isinstance(v, float) for v in coco_metrics(metrics, ['bbox']).values())
     assert 'coco/segm_mAP' not in metrics

@@ -14,6 +14,8 @@ from PIL import Image, ImageDraw
 
 import nalaformer  # noqa: F401  (registers the timm models used below)
 
+from tool_runs import run_script
+
 ROOT = Path(__file__).resolve().parents[1]
 CONFIG = str(ROOT / 'configs' / 'nalaformer' / 'nalaformer-t_8xb128_in1k.py')
 COLOURS = [(230, 40, 40), (40, 200, 40), (40, 40, 230)]
@@ -50,13 +52,8 @@ def tiny_options(data_root, epochs=2, extra=()):
     return opts + list(extra)
 
 
-def run_tool(tool, *args, check=True, timeout=900, env=None):
-    cmd = [sys.executable, str(ROOT / 'tools' / tool), *map(str, args)]
-    result = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=ROOT,
-                            env={**os.environ, **(env or {})})
-    if check:
-        assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-5000:]
-    return result
+def run_tool(tool, *args, **kwargs):
+    return run_script(ROOT / 'tools' / tool, *args, **kwargs)
 
 
 def train(work_dir, data_root, epochs=2, extra=(), **kwargs):
@@ -266,6 +263,7 @@ def ema_of(checkpoint: dict) -> dict:
     return {k[len('module.'):]: v for k, v in checkpoint['ema_state_dict'].items() if k != 'steps'}
 
 
+@pytest.mark.xdist_group('engine_relu_run')
 @pytest.mark.slow
 def test_runner_checkpoints_convert_with_raw_or_ema_weights(relu_run, tmp_path):
     import timm
@@ -294,6 +292,7 @@ def test_runner_checkpoints_convert_with_raw_or_ema_weights(relu_run, tmp_path):
                           pretrained_cfg_overlay=dict(file=str(relu_run / 'epoch_2.pth')))
 
 
+@pytest.mark.xdist_group('engine_relu_run')
 @pytest.mark.slow
 def test_runner_checkpoints_become_timm_folders_with_raw_or_ema_weights(relu_run, tiny_imagefolder, tmp_path):
     """convert_checkpoint.py RUN.pth DIR [--ema]: timm rebuilds the run's model (its architecture and attention
@@ -316,6 +315,7 @@ def test_runner_checkpoints_become_timm_folders_with_raw_or_ema_weights(relu_run
     assert eval(by_folder.stdout.strip().splitlines()[-1]) == eval(by_flag.stdout.strip().splitlines()[-1])
 
 
+@pytest.mark.xdist_group('engine_relu_run')
 @pytest.mark.slow
 def test_test_tool_ema_evaluates_exactly_the_ema_weights(relu_run, tiny_imagefolder, tmp_path):
     from nalaformer.checkpoint import Checkpoint, load_checkpoint_into
@@ -335,6 +335,7 @@ def test_test_tool_ema_evaluates_exactly_the_ema_weights(relu_run, tiny_imagefol
     assert eval(by_flag.stdout.strip().splitlines()[-1]) == eval(by_file.stdout.strip().splitlines()[-1])
 
 
+@pytest.mark.xdist_group('engine_relu_run')
 @pytest.mark.slow
 def test_test_tool_refuses_a_checkpoint_of_another_attention(relu_run, tiny_imagefolder, tmp_path):
     bad = run_tool('test.py', CONFIG, relu_run / 'epoch_2.pth', '--work-dir', tmp_path / 'a',
@@ -348,6 +349,7 @@ def test_test_tool_refuses_a_checkpoint_of_another_attention(relu_run, tiny_imag
     assert 'accuracy/top1' in accepted.stdout.strip().splitlines()[-1]
 
 
+@pytest.mark.xdist_group('engine_relu_run')
 @pytest.mark.slow
 def test_truncated_last_checkpoint_names_the_one_to_resume_from(relu_run, tiny_imagefolder, tmp_path):
     import shutil

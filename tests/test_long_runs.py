@@ -82,6 +82,7 @@ def reference_run(data_with_two_corrupt, tmp_path_factory):
     return work, result.stdout + result.stderr
 
 
+@pytest.mark.xdist_group('long_runs_reference_run')
 @pytest.mark.slow
 def test_a_few_unreadable_training_images_are_skipped_and_named_once(data_with_two_corrupt, reference_run):
     _, corrupt = data_with_two_corrupt
@@ -92,6 +93,7 @@ def test_a_few_unreadable_training_images_are_skipped_and_named_once(data_with_t
     assert re.search(r'CPU threads: 1 \(\d+ cores available, set by OMP_NUM_THREADS', log)
 
 
+@pytest.mark.xdist_group('long_runs_reference_run')
 @pytest.mark.slow
 def test_sigterm_writes_an_iteration_checkpoint_that_resumes_exactly(data_with_two_corrupt, reference_run, tmp_path):
     data, _ = data_with_two_corrupt

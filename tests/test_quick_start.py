@@ -8,6 +8,8 @@ from pathlib import Path
 import pytest
 import torch
 
+pytestmark = pytest.mark.xdist_group('quick_start')  # one worker under pytest -n: the tests share the quick start run
+
 ROOT = Path(__file__).resolve().parents[1]
 SOURCE = Path('/usr/share/datasets/fashion-mnist')
 

@@ -1,10 +1,7 @@
 """Semantic segmentation with mmsegmentation: configs, the backbone, tiny end-to-end runs (CPU)."""
 import argparse
 import json
-import os
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import mmseg
@@ -16,6 +13,8 @@ from PIL import Image
 
 import nalaformer.dense  # noqa: F401  (registers NaLaBackbone in mmseg)
 from nalaformer.dense import NaLaBackbone
+
+from tool_runs import run_script, train
 
 ROOT = Path(__file__).resolve().parents[1]
 UPERNET = ROOT / 'configs' / 'ade20k' / 'upernet_nalaformer-t_8xb2-160k_ade20k-512x512.py'
@@ -179,14 +178,6 @@ def tiny_options(data_root, heads='upernet', iters=2, cityscapes=False):
     return opts
 
 
-def run(script, *args, check=True):
-    result = subprocess.run([sys.executable, str(script), *map(str, args)], capture_output=True, text=True,
-                            timeout=900, cwd=ROOT, env={**os.environ, 'OMP_NUM_THREADS': '2'})
-    if check:
-        assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-5000:]
-    return result
-
-
 def logged_scalars(work_dir):
     [scalars] = Path(work_dir).glob('*/vis_data/scalars.json')
     return [json.loads(line) for line in scalars.read_text().splitlines()]
@@ -203,13 +194,12 @@ def assert_trained_and_evaluated(work_dir, iters):
 
 @pytest.fixture(scope='module')
 def ade_run(tiny_ade, tmp_path_factory):
-    work = tmp_path_factory.mktemp('ade_run')
-    run(ROOT / 'tools' / 'train.py', UPERNET, '--work-dir', work, '--cfg-options', *tiny_options(tiny_ade))
-    return work
+    return train(UPERNET, tmp_path_factory.mktemp('ade_run'), *tiny_options(tiny_ade))
 
 
 # ---------------------------------------------------------------- end to end (slow)
 
+@pytest.mark.xdist_group('seg_ade_run')
 @pytest.mark.slow
 def test_ade20k_trains_and_evaluates(ade_run):
     assert_trained_and_evaluated(ade_run, 2)
@@ -217,20 +207,20 @@ def test_ade20k_trains_and_evaluates(ade_run):
     assert checkpoint['meta']['dataset_meta']['classes'][0] == 'wall'  # ADE20K's 150 classes
 
 
+@pytest.mark.xdist_group('seg_ade_run')
 @pytest.mark.slow
 def test_runs_are_seeded_and_the_seed_can_be_changed(ade_run, tiny_ade, tmp_path):
     """The runtime's seed: a second run repeats the first exactly (losses and metrics); another seed differs."""
     def results(work):
         rows = logged_scalars(work)
         return [r['loss'] for r in rows if 'loss' in r], [r['mIoU'] for r in rows if 'mIoU' in r]
-    run(ROOT / 'tools' / 'train.py', UPERNET, '--work-dir', tmp_path / 'again', '--cfg-options',
-        *tiny_options(tiny_ade))
+    train(UPERNET, tmp_path / 'again', *tiny_options(tiny_ade))
     assert results(tmp_path / 'again') == results(ade_run)
-    run(ROOT / 'tools' / 'train.py', UPERNET, '--work-dir', tmp_path / 'seed1', '--cfg-options',
-        *tiny_options(tiny_ade), 'randomness.seed=1')
+    train(UPERNET, tmp_path / 'seed1', *tiny_options(tiny_ade), 'randomness.seed=1')
     assert results(tmp_path / 'seed1')[0] != results(ade_run)[0]
 
 
+@pytest.mark.xdist_group('seg_ade_run')
 @pytest.mark.slow
 def test_dense_checkpoint_converts_to_its_backbone_and_initialises_another(ade_run, tmp_path):
     from safetensors.torch import load_file
@@ -241,7 +231,7 @@ def test_dense_checkpoint_converts_to_its_backbone_and_initialises_another(ade_r
     assert recorded['module'] == 'backbone.model.model' and recorded['architecture'] == 'nalaformer_t'
     prefix = 'backbone.model.model.'
     backbone_weights = {k[len(prefix):]: v for k, v in checkpoint['state_dict'].items() if k.startswith(prefix)}
-    run(ROOT / 'tools' / 'convert_checkpoint.py', ade_run / 'iter_2.pth', tmp_path / 'backbone.safetensors')
+    run_script(ROOT / 'tools' / 'convert_checkpoint.py', ade_run / 'iter_2.pth', tmp_path / 'backbone.safetensors')
     converted = load_file(str(tmp_path / 'backbone.safetensors'))
     assert converted.keys() == backbone_weights.keys()
     assert all(torch.equal(converted[k], v) for k, v in backbone_weights.items())
@@ -258,9 +248,10 @@ def test_dense_checkpoint_converts_to_its_backbone_and_initialises_another(ade_r
     other.init_weights()
 
 
+@pytest.mark.xdist_group('seg_ade_run')
 @pytest.mark.slow
 def test_test_tool_reports_miou_and_draws_predictions(ade_run, tiny_ade, tmp_path):
-    out = run(ROOT / 'tools' / 'test.py', UPERNET, ade_run / 'iter_2.pth', '--work-dir', tmp_path / 'test',
+    out = run_script(ROOT / 'tools' / 'test.py', UPERNET, ade_run / 'iter_2.pth', '--work-dir', tmp_path / 'test',
               '--show-dir', tmp_path / 'vis', '--cfg-options', *tiny_options(tiny_ade))
     metrics = eval(out.stdout.strip().splitlines()[-1])  # the dict printed by tools/test.py
     [val] = [r for r in logged_scalars(ade_run) if 'mIoU' in r]  # the training run's validation of iter_2.pth
@@ -269,39 +260,40 @@ def test_test_tool_reports_miou_and_draws_predictions(ade_run, tiny_ade, tmp_pat
     assert len(list((tmp_path / 'vis').rglob('*.png'))) == 3  # one per validation image
 
 
+@pytest.mark.xdist_group('seg_ade_run')
 @pytest.mark.slow
 def test_test_tool_multi_scale_flip(ade_run, tiny_ade, tmp_path):
-    out = run(ROOT / 'tools' / 'test.py', UPERNET, ade_run / 'iter_2.pth', '--tta', '--work-dir', tmp_path,
+    out = run_script(ROOT / 'tools' / 'test.py', UPERNET, ade_run / 'iter_2.pth', '--tta', '--work-dir', tmp_path,
               '--cfg-options', *tiny_options(tiny_ade), 'test_dataloader.dataset.indices=1')  # 12 passes an image
     assert 'mIoU' in eval(out.stdout.strip().splitlines()[-1])
 
 
+@pytest.mark.xdist_group('seg_ade_run')
 @pytest.mark.slow
 def test_demo_writes_image_and_overlay(ade_run, tiny_ade, tmp_path):
     image = next((tiny_ade / 'images' / 'validation').glob('*.jpg'))
-    run(ROOT / 'tools' / 'seg_demo.py', image, UPERNET, ade_run / 'iter_2.pth', '--out', tmp_path / 'demo.png',
+    run_script(ROOT / 'tools' / 'seg_demo.py', image, UPERNET, ade_run / 'iter_2.pth', '--out', tmp_path / 'demo.png',
         '--cfg-options', *tiny_options(tiny_ade))
     assert Image.open(tmp_path / 'demo.png').size == (2 * 96, 72)  # image | overlay
 
 
 @pytest.mark.slow
 def test_cityscapes_trains_and_evaluates(tiny_cityscapes, tmp_path):
-    run(ROOT / 'tools' / 'train.py', CITYSCAPES, '--work-dir', tmp_path,
-        '--cfg-options', *tiny_options(tiny_cityscapes, cityscapes=True))
+    train(CITYSCAPES, tmp_path, *tiny_options(tiny_cityscapes, cityscapes=True))
     assert_trained_and_evaluated(tmp_path, 2)
 
 
 @pytest.mark.slow
 def test_semantic_fpn_runs_under_mmsegs_own_train_script(tiny_ade, tmp_path):
     config = ROOT / 'configs' / 'ade20k' / 'fpn_nalaformer-t_8xb4-40k_ade20k-512x512.py'
-    run(Path(mmseg.__file__).parent / '.mim' / 'tools' / 'train.py', config, '--work-dir', tmp_path,
+    run_script(Path(mmseg.__file__).parent / '.mim' / 'tools' / 'train.py', config, '--work-dir', tmp_path,
         '--cfg-options', *tiny_options(tiny_ade, heads='fpn'))
     assert_trained_and_evaluated(tmp_path, 2)
 
 
 @pytest.mark.slow
 def test_missing_data_root_is_named(tmp_path):
-    result = run(ROOT / 'tools' / 'train.py', UPERNET, '--work-dir', tmp_path / 'w', '--cfg-options',
+    result = run_script(ROOT / 'tools' / 'train.py', UPERNET, '--work-dir', tmp_path / 'w', '--cfg-options',
                  *tiny_options(tmp_path / 'no_such_ade'), check=False)
     assert result.returncode != 0
     assert f'{tmp_path / "no_such_ade" / "images" / "training"} does not exist' in result.stderr

@@ -79,6 +79,7 @@ def trained(photos, tmp_path_factory):
     return checkpoint
 
 
+@pytest.mark.xdist_group('sr_trained')
 @pytest.mark.slow
 def test_short_training_beats_bicubic_on_unseen_photographs(photos, trained, tmp_path):
     result = subprocess.run(
@@ -100,6 +101,7 @@ def test_short_training_beats_bicubic_on_unseen_photographs(photos, trained, tmp
     assert float(bicubic_psnr) == pytest.approx(np.mean(baseline), abs=0.006)
 
 
+@pytest.mark.xdist_group('sr_trained')
 @pytest.mark.slow
 def test_sr_demo_upscales_an_odd_sized_image(trained, tmp_path):
     """Any size, whole or tiled, equal to the trained network's own output; OUT is never replaced without

@@ -22,10 +22,10 @@ import argparse
 import sys
 
 from nalaformer.checkpoint.conversion import convert_checkpoint
-from nalaformer.errors import UserError, report
+from nalaformer.errors import run_tool
 
 
-def main(argv=None):
+def convert(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument('src', help='checkpoint to read (.pth/.pt/.bin, .safetensors or a timm folder)')
     parser.add_argument('dst', help='what to write: its suffix picks the format (.safetensors, .pth); '
@@ -34,12 +34,13 @@ def main(argv=None):
     parser.add_argument('--overwrite', action='store_true',
                         help='replace an existing destination file, or a destination folder that is not a timm folder')
     args = parser.parse_args(argv)
-    try:
-        described = convert_checkpoint(args.src, args.dst, ema=args.ema, overwrite=args.overwrite)
-    except UserError as e:  # the arguments are wrong: one line; bugs keep their traceback
-        return report(e)
+    described = convert_checkpoint(args.src, args.dst, ema=args.ema, overwrite=args.overwrite)
     print(f'wrote {args.dst} ({"EMA" if args.ema else "raw"} weights): {described}')
-    return 0
+
+
+def main(argv=None) -> int:
+    """The exit code: 0, or 2 with one line when the arguments are wrong (bugs keep their traceback)."""
+    return run_tool(convert, argv)
 
 
 if __name__ == '__main__':

@@ -8,8 +8,6 @@ names come from the checkpoint. mmdet's init_detector / inference_detector and D
 --out is checked before the model is built (an existing file is replaced only with --overwrite) and
 written atomically.
 """
-import argparse
-import os.path as osp
 import sys
 
 import mmcv
@@ -17,19 +15,13 @@ import torch
 from mmdet.apis import inference_detector, init_detector
 from mmdet.registry import VISUALIZERS
 
-from nalaformer.checkpoint import Checkpoint
-from nalaformer.engine.launch import load_config
-from nalaformer.errors import ConfigError, run_tool
-from nalaformer.files import atomic_file, check_file_destination
+from nalaformer.dense_demo import demo_parser, load_demo_config
+from nalaformer.errors import run_tool
+from nalaformer.files import atomic_file
 
 
 def parse_args(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument('image', help='image file')
-    parser.add_argument('config', help='detection config file')
-    parser.add_argument('checkpoint', help='checkpoint written by tools/train.py')
-    parser.add_argument('--out', required=True, help='output image (.png, .jpg)')
-    parser.add_argument('--overwrite', action='store_true', help='replace --out if it exists')
+    parser = demo_parser(__doc__, 'image file', 'detection config file', 'output image (.png, .jpg)')
     parser.add_argument('--device', default='cuda:0' if torch.cuda.is_available() else 'cpu')
     parser.add_argument('--score-thr', type=float, default=0.3, help='draw predictions scoring at least this')
     return parser.parse_args(argv)
@@ -37,12 +29,7 @@ def parse_args(argv=None):
 
 def main(argv=None):
     args = parse_args(argv)
-    check_file_destination(args.out, args.overwrite, '--out', 'demo_pred.png',
-                           inputs=(args.image, args.config, args.checkpoint))
-    if not osp.isfile(args.image):
-        raise ConfigError(f'image {args.image} does not exist')
-    cfg = load_config(args.config)
-    Checkpoint.read(args.checkpoint)  # a missing, damaged or foreign file is named before the model is built
+    cfg = load_demo_config(args, 'demo_pred.png')
     model = init_detector(cfg, args.checkpoint, device=args.device)  # the config imports nalaformer.dense
     result = inference_detector(model, args.image)
     visualizer = VISUALIZERS.build(model.cfg.visualizer)

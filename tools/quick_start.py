@@ -94,12 +94,13 @@ def main(argv=None) -> int:
          '--out', plot, '--json', work / 'attention_entropy.json')
 
     top1 = json.loads(metrics_file.read_text())['accuracy/top1']
-    print(f'\nFashion-MNIST test split, top-1: {top1:.2f}%\n'
-          f'checkpoint:       {checkpoint}\n'
-          f'timm folder:      {folder}  (timm.create_model("local-dir:{folder}", pretrained=True) after import nalaformer)\n'
-          f'logs:             {work}  (tensorboard --logdir {work})\n'
-          f'attention plot:   {plot}\n'
-          f'test metrics:     {metrics_file}')
+    outputs = {'checkpoint': checkpoint,
+               'timm folder': f'{folder}  (timm.create_model("local-dir:{folder}", pretrained=True) after import '
+                              'nalaformer)',
+               'logs': f'{work}  (tensorboard --logdir {work})', 'attention plot': plot, 'test metrics': metrics_file}
+    print(f'\nFashion-MNIST test split, top-1: {top1:.2f}%')
+    for name, value in outputs.items():
+        print(f'{name + ":":18}{value}')
     return 0
 
 

@@ -21,13 +21,13 @@ import os.path as osp
 import sys
 
 import numpy as np
-from mmengine.config import DictAction
 
 import nalaformer.engine  # noqa: F401
 from nalaformer.checkpoint import Checkpoint, load_checkpoint_into
 from nalaformer.engine.launch import (
     apply_thread_policy, build_runner, check_dataset_files, finalize_config, load_config,
 )
+from nalaformer.engine.runner_options import add_runner_options
 from nalaformer.engine.sr_metrics import report_lines
 from nalaformer.errors import ConfigError, run_tool
 from nalaformer.files import atomic_file, atomic_folder, check_file_destination, check_folder_destination
@@ -48,14 +48,9 @@ def parse_args(argv=None):
                         help="test-time augmentation with the config's tta_pipeline and tta_model "
                              '(segmentation: scales 0.5-1.75 and flips)')
     parser.add_argument('--out-json', metavar='FILE', help='also write the metrics to FILE as JSON')
-    parser.add_argument('--threads', type=int, metavar='N',
-                        help="CPU threads (default: the config's env_cfg.threads, else the cores that other "
-                             "processes leave free; OMP_NUM_THREADS wins over both)")
     parser.add_argument('--overwrite', action='store_true',
                         help='replace an existing --out-json file or a --show-dir folder that holds files')
-    parser.add_argument('--cfg-options', nargs='+', action=DictAction, help='override config keys: key=value ...')
-    parser.add_argument('--launcher', choices=['none', 'pytorch', 'slurm', 'mpi'], default='none')
-    parser.add_argument('--local-rank', '--local_rank', type=int, default=0)
+    add_runner_options(parser)
     return parser.parse_args(argv)
 
 

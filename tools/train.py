@@ -10,15 +10,14 @@ import argparse
 import sys
 import warnings
 
-from mmengine.config import DictAction
-
 import nalaformer.engine  # noqa: F401  (registers models, datasets, hooks, metrics, runner)
 from nalaformer.engine import Preempted
 from nalaformer.engine.launch import (
     apply_amp, apply_thread_policy, build_runner, check_dataset_files, finalize_config, load_config,
 )
+from nalaformer.engine.runner_options import add_runner_options
 from nalaformer.engine.work_dir import prepare_work_dir
-from nalaformer.errors import run_tool
+from nalaformer.errors import ConfigError, run_tool
 
 
 def parse_args(argv=None):
@@ -35,12 +34,7 @@ def parse_args(argv=None):
                         help='scale the lr by the total batch (processes x batch size x accumulation) / '
                              'auto_scale_lr.base_batch_size; the log says what it set')
     parser.add_argument('--wandb', metavar='PROJECT', help='also log to Weights & Biases (WANDB_MODE=offline works)')
-    parser.add_argument('--threads', type=int, metavar='N',
-                        help="CPU threads (default: the config's env_cfg.threads, else the cores that other "
-                             "processes leave free; OMP_NUM_THREADS wins over both)")
-    parser.add_argument('--cfg-options', nargs='+', action=DictAction, help='override config keys: key=value ...')
-    parser.add_argument('--launcher', choices=['none', 'pytorch', 'slurm', 'mpi'], default='none')
-    parser.add_argument('--local-rank', '--local_rank', type=int, default=0)
+    add_runner_options(parser)
     return parser.parse_args(argv)
 
 

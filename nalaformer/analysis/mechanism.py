@@ -12,8 +12,9 @@ computes (with :mod:`nalaformer.analysis.entropy`: exact, RoPE off, the kernel's
   of any single query's entropy over the sweep (0 up to rounding for a kernel that ignores |q|:
   ``relu`` is positively homogeneous, ``const_power`` uses only q's direction).
 
-:func:`summarise` gives mean and sample standard deviation over seeds; :func:`compare` calls two
-cells a tie when their means differ by less than the larger of their standard deviations.
+:func:`summarise` gives mean and sample standard deviation over seeds (:func:`format_mean_std` writes them for
+a table); :func:`compare` calls two cells a tie when their means differ by less than the larger of their
+standard deviations.
 """
 import math
 from typing import Dict, Iterable, List, Optional, Sequence
@@ -24,7 +25,7 @@ import torch.nn as nn
 from .entropy import attention_entropy, capture_kernel_qk, capture_qk, norm_sweep, pearson, spearman
 
 __all__ = ['STUDY_KERNELS', 'ABLATION_CHAIN', 'measure_qk', 'measure_stages', 'measure_global_slots', 'summarise',
-           'compare', 'sweep_norms']
+           'compare', 'format_mean_std', 'sweep_norms']
 
 # The issue's kernels, in the paper's order: softmax, the kernel linear attentions that lose the norm,
 # then the ablation ReLU split + constant power -> + cosine inhibit -> + norm-aware power (NaLa).
@@ -142,3 +143,13 @@ def compare(a: Dict, b: Dict) -> str:
     if abs(a['mean'] - b['mean']) < max(a['std'], b['std']):
         return 'tie'
     return '>' if a['mean'] > b['mean'] else '<'
+
+
+def format_mean_std(stat: Optional[Dict], digits: int = 2, signed: bool = False) -> str:
+    """A statistic of :func:`summarise` as 'mean ± std' ('mean (1 seed)' for one seed, '–' for no value)."""
+    if not stat or stat.get('mean') is None:
+        return '–'
+    sign = '+' if signed else ''
+    if stat['n'] < 2:
+        return f"{stat['mean']:{sign}.{digits}f} (1 seed)"
+    return f"{stat['mean']:{sign}.{digits}f} ± {stat['std']:.{digits}f}"

@@ -3,20 +3,22 @@ pretrained weights) and loading a checkpoint into it.
 
 Each family file (:mod:`~nalaformer.models.nalaformer`, :mod:`~nalaformer.models.nala_swin`) keeps
 what is its own: the architecture, its variants' ``MODEL_ARGS``, its state-dict layout
-(``checkpoint_filter_fn``) and its timm entrypoints.
+(``checkpoint_filter_fn``) and its timm entrypoints, one line each (:func:`entrypoints`).
 """
 import logging
-from typing import Callable, Dict, Mapping, Optional, Sequence, Tuple, Type, Union
+from typing import Callable, Dict, Iterable, Mapping, Optional, Sequence, Tuple, Type, Union
 
 import torch
 import torch.nn as nn
 from timm.data import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD
-from timm.models import build_model_with_cfg
+from timm.layers import trunc_normal_
+from timm.models import build_model_with_cfg, generate_default_cfgs, register_model
 
 from ..checkpoint.errors import CheckpointError
 from ..checkpoint.loading import loading_options, pretrained_kwargs
 
-__all__ = ['per_stage', 'per_stage_kernels', 'model_cfg', 'build_model', 'load_weights', 'drop_other_classifier']
+__all__ = ['per_stage', 'per_stage_kernels', 'model_cfgs', 'build_model', 'entrypoints', 'load_weights',
+           'drop_other_classifier', 'trunc_normal_init', 'set_stage_grad_checkpointing']
 
 _logger = logging.getLogger(__name__)
 
@@ -48,9 +50,10 @@ def per_stage_kernels(attn_types: Union[str, Sequence[str]],
     return attn_types, tuple(None if kwargs is None else dict(kwargs) for kwargs in kernel_kwargs)
 
 
-def model_cfg(first_conv: str, classifier: str, paper_name: str, **kwargs) -> dict:
-    """timm's default cfg of a model of the paper trained on ImageNet-1k at 224 x 224 (``kwargs`` add keys)."""
-    return {
+def model_cfgs(variants: Iterable[str], first_conv: str, classifier: str, paper_name: str, **kwargs) -> dict:
+    """timm's default cfgs of ``variants``, models of the paper trained on ImageNet-1k at 224 x 224
+    (``kwargs`` add keys)."""
+    return generate_default_cfgs({variant: {
         'url': '',
         'num_classes': 1000, 'input_size': (3, 224, 224), 'pool_size': (7, 7),
         'crop_pct': 0.875, 'interpolation': 'bicubic', 'fixed_input_size': False,
@@ -58,7 +61,7 @@ def model_cfg(first_conv: str, classifier: str, paper_name: str, **kwargs) -> di
         'first_conv': first_conv, 'classifier': classifier,
         'paper_ids': 'arXiv:2506.21137', 'paper_name': paper_name,
         **kwargs,
-    }
+    } for variant in variants})
 
 
 def build_model(model_cls: Type[nn.Module], variant: str, pretrained: bool, model_args: Mapping,
@@ -79,6 +82,39 @@ def build_model(model_cls: Type[nn.Module], variant: str, pretrained: bool, mode
             feature_cfg=dict(out_indices=(0, 1, 2, 3), feature_cls='getter'),
             **{**model_args, **kwargs},
         )
+
+
+def entrypoints(family: str, model_cls: Type[nn.Module], model_args: Mapping[str, Mapping],
+                filter_fn: FilterFn) -> Callable[[str, str], Callable[..., nn.Module]]:
+    """``entrypoint(variant, doc)`` for the family module named ``family`` (its ``__name__``), whose
+    ``default_cfgs`` are defined first: it makes the timm entrypoint ``variant(pretrained: bool = False,
+    **kwargs)`` of that module, building the variant of ``model_args`` (:func:`build_model`), and
+    registers it with timm's ``register_model``; the family binds it to the name ``variant``.
+    """
+    def entrypoint(variant: str, doc: str) -> Callable[..., nn.Module]:
+        def create(pretrained: bool = False, **kwargs) -> model_cls:
+            return build_model(model_cls, variant, pretrained, model_args[variant], filter_fn, **kwargs)
+        create.__module__, create.__name__, create.__qualname__, create.__doc__ = family, variant, variant, doc
+        return register_model(create)
+    return entrypoint
+
+
+def trunc_normal_init(module: nn.Module, layer_type: Type[nn.Module]):
+    """For ``model.apply``: a ``layer_type`` module's weight truncated normal (std .02), its bias zero."""
+    if isinstance(module, layer_type):
+        trunc_normal_(module.weight, std=.02)
+        if module.bias is not None:
+            nn.init.zeros_(module.bias)
+
+
+def set_stage_grad_checkpointing(model: nn.Module, stages: Iterable[nn.Module], enable: Union[bool, str]):
+    """``model.set_grad_checkpointing(enable)`` of a family whose ``stages`` recompute in backward: True
+    whole blocks, ``'selective'`` all but the matrix products (:mod:`nalaformer.models.recompute`)."""
+    if enable not in (True, False, 'selective'):
+        raise ValueError(f"grad checkpointing is True, False or 'selective', got {enable!r}")
+    model.grad_checkpointing = enable
+    for stage in stages:
+        stage.grad_checkpointing = enable
 
 
 def load_weights(model: nn.Module, state_dict: StateDict, filter_fn: FilterFn, source: str = 'checkpoint',

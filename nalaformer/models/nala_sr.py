@@ -39,15 +39,15 @@ from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Uni
 
 import torch
 import torch.nn as nn
-from timm.layers import to_2tuple, trunc_normal_
-from timm.models import generate_default_cfgs, register_model
+from timm.layers import to_2tuple
+from timm.models import generate_default_cfgs
 from timm.models.swin_transformer import WindowAttention, window_partition, window_reverse
 
 from ..checkpoint.errors import CheckpointError
 from ..checkpoint.loading import pretrained_weights
 from ..checkpoint.reading import Checkpoint, strip_wrapper_prefixes
 from ..ops.nala import build_attention_kernel
-from .family import build_model, load_weights, per_stage_kernels
+from .family import entrypoints, load_weights, per_stage_kernels, set_stage_grad_checkpointing, trunc_normal_init
 from .layers import NaLaAttention, RoPE2d
 from .nala_swin import shifted_window_mask
 from .recompute import recompute
@@ -318,11 +318,8 @@ class NaLaSR(nn.Module):
     @staticmethod
     def _init_weights(m: nn.Module):
         # As MambaIRv2: Linear trunc_normal(0.02) with zero bias; convolutions keep PyTorch's default.
-        if isinstance(m, nn.Linear):
-            trunc_normal_(m.weight, std=.02)
-            if m.bias is not None:
-                nn.init.zeros_(m.bias)
-        elif isinstance(m, nn.LayerNorm):
+        trunc_normal_init(m, nn.Linear)
+        if isinstance(m, nn.LayerNorm):
             nn.init.ones_(m.weight)
             nn.init.zeros_(m.bias)
 
@@ -333,11 +330,7 @@ class NaLaSR(nn.Module):
     @torch.jit.ignore
     def set_grad_checkpointing(self, enable: Union[bool, str] = True):
         """True: recompute whole layers in backward; ``'selective'``: all but the matrix products."""
-        if enable not in (True, False, 'selective'):
-            raise ValueError(f"grad checkpointing is True, False or 'selective', got {enable!r}")
-        self.grad_checkpointing = enable
-        for group in self.groups:
-            group.grad_checkpointing = enable
+        set_stage_grad_checkpointing(self, self.groups, enable)
 
     @torch.jit.ignore
     def load_pretrained(self, checkpoint: Union[str, Checkpoint], ema: Optional[bool] = None,
@@ -402,10 +395,6 @@ def checkpoint_filter_fn(state_dict, model: NaLaSR):
     return state_dict
 
 
-def _create_nala_sr(variant: str, pretrained: bool = False, **kwargs) -> NaLaSR:
-    return build_model(NaLaSR, variant, pretrained, MODEL_ARGS[variant], checkpoint_filter_fn, **kwargs)
-
-
 def _cfg(**kwargs) -> dict:
     return {
         'url': '', 'input_size': (3, 64, 64), 'fixed_input_size': False,
@@ -421,8 +410,6 @@ def _cfg(**kwargs) -> dict:
 
 default_cfgs = generate_default_cfgs({'nalasr_light': _cfg()})
 
-
-@register_model
-def nalasr_light(pretrained: bool = False, **kwargs) -> NaLaSR:
-    """NaLa-SR light (MambaIRv2-Light topology, 0.92M params at x2); ``upscale`` 2 (default), 3 or 4."""
-    return _create_nala_sr('nalasr_light', pretrained=pretrained, **kwargs)
+_entrypoint = entrypoints(__name__, NaLaSR, MODEL_ARGS, checkpoint_filter_fn)
+nalasr_light = _entrypoint('nalasr_light', "NaLa-SR light (MambaIRv2-Light topology, 0.92M params at x2); "
+                                           "``upscale`` 2 (default), 3 or 4.")

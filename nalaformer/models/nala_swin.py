@@ -40,7 +40,7 @@ from timm.layers import (
     ClassifierHead, DropPath, Mlp, PatchEmbed, calculate_drop_path_rates, get_device_dtype,
     register_notrace_function, to_2tuple,
 )
-from timm.models import generate_default_cfgs, named_apply, register_model
+from timm.models import named_apply
 from timm.models._features import feature_take_indices  # not exported by timm
 from timm.models._input import update_model_input_size  # not exported by timm
 from timm.models.swin_transformer import (
@@ -54,7 +54,7 @@ from ..checkpoint.errors import CheckpointError
 from ..checkpoint.loading import pretrained_weights
 from ..checkpoint.reading import Checkpoint, strip_wrapper_prefixes
 from ..ops.nala import build_attention_kernel
-from .family import build_model, drop_other_classifier, load_weights, model_cfg, per_stage, per_stage_kernels
+from .family import drop_other_classifier, entrypoints, load_weights, model_cfgs, per_stage, per_stage_kernels
 from .layers import RoPE2d
 from .recompute import recompute
 
@@ -584,29 +584,13 @@ def checkpoint_filter_fn(state_dict: Dict[str, torch.Tensor], model: NaLaSwinTra
     return state_dict
 
 
-def _create_nala_swin(variant: str, pretrained: bool = False, **kwargs) -> NaLaSwinTransformer:
-    return build_model(NaLaSwinTransformer, variant, pretrained, MODEL_ARGS[variant], checkpoint_filter_fn, **kwargs)
+default_cfgs = model_cfgs(MODEL_ARGS, first_conv='patch_embed.proj', classifier='head.fc',
+                          paper_name='NaLaFormer: Norm-Aware Linear Attention for Transformer Models (Swin-T protocol)')
 
-
-default_cfgs = generate_default_cfgs({name: model_cfg(
-    first_conv='patch_embed.proj', classifier='head.fc',
-    paper_name='NaLaFormer: Norm-Aware Linear Attention for Transformer Models (Swin-T protocol)',
-) for name in MODEL_ARGS})
-
-
-@register_model
-def nala_swin_tiny(pretrained: bool = False, **kwargs) -> NaLaSwinTransformer:
-    """NaLa-Swin-T: Swin-T with global NaLa attention in stages 1-2 (the paper's Swin-T protocol)."""
-    return _create_nala_swin('nala_swin_tiny', pretrained=pretrained, **kwargs)
-
-
-@register_model
-def nala_swin_small(pretrained: bool = False, **kwargs) -> NaLaSwinTransformer:
-    """NaLa-Swin-S: Swin-S layout (depths 2-2-18-2) with global NaLa attention in stages 1-2."""
-    return _create_nala_swin('nala_swin_small', pretrained=pretrained, **kwargs)
-
-
-@register_model
-def nala_swin_base(pretrained: bool = False, **kwargs) -> NaLaSwinTransformer:
-    """NaLa-Swin-B: Swin-B layout (dim 128, depths 2-2-18-2) with global NaLa attention in stages 1-2."""
-    return _create_nala_swin('nala_swin_base', pretrained=pretrained, **kwargs)
+_entrypoint = entrypoints(__name__, NaLaSwinTransformer, MODEL_ARGS, checkpoint_filter_fn)
+nala_swin_tiny = _entrypoint('nala_swin_tiny', "NaLa-Swin-T: Swin-T with global NaLa attention in stages 1-2 (the "
+                                               "paper's Swin-T protocol).")
+nala_swin_small = _entrypoint('nala_swin_small', 'NaLa-Swin-S: Swin-S layout (depths 2-2-18-2) with global NaLa '
+                                                 'attention in stages 1-2.')
+nala_swin_base = _entrypoint('nala_swin_base', 'NaLa-Swin-B: Swin-B layout (dim 128, depths 2-2-18-2) with global '
+                                               'NaLa attention in stages 1-2.')

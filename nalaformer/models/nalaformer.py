@@ -15,15 +15,17 @@ from typing import Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 import torch
 import torch.nn as nn
-from timm.layers import SelectAdaptivePool2d, calculate_drop_path_rates, trunc_normal_
-from timm.models import generate_default_cfgs, register_model
+from timm.layers import SelectAdaptivePool2d, calculate_drop_path_rates
 from timm.models._features import feature_take_indices
 
 from ..checkpoint.definitions import definition_args, plain
 from ..checkpoint.errors import CheckpointError
 from ..checkpoint.loading import pretrained_weights
 from ..checkpoint.reading import Checkpoint, strip_wrapper_prefixes
-from .family import build_model, drop_other_classifier, load_weights, model_cfg, per_stage, per_stage_kernels
+from .family import (
+    drop_other_classifier, entrypoints, load_weights, model_cfgs, per_stage, per_stage_kernels,
+    set_stage_grad_checkpointing, trunc_normal_init,
+)
 from .layers import NaLaStage, Stem
 
 __all__ = ['NaLaFormer', 'MODEL_ARGS', 'checkpoint_filter_fn', 'describe_architecture', 'variant_of',
@@ -139,10 +141,7 @@ class NaLaFormer(nn.Module):
     @staticmethod
     def _init_weights(m: nn.Module):
         # As released: only convolutions are re-initialised; Linear keeps PyTorch's default init.
-        if isinstance(m, nn.Conv2d):
-            trunc_normal_(m.weight, std=.02)
-            if m.bias is not None:
-                nn.init.zeros_(m.bias)
+        trunc_normal_init(m, nn.Conv2d)
 
     @torch.jit.ignore
     def no_weight_decay(self) -> set:
@@ -166,11 +165,7 @@ class NaLaFormer(nn.Module):
     def set_grad_checkpointing(self, enable: Union[bool, str] = True):
         """True: recompute whole blocks in backward; ``'selective'``: recompute all but the matrix
         products (:mod:`nalaformer.models.recompute`: less memory than none, less time than True)."""
-        if enable not in (True, False, 'selective'):
-            raise ValueError(f"grad checkpointing is True, False or 'selective', got {enable!r}")
-        self.grad_checkpointing = enable
-        for stage in self.layers:
-            stage.grad_checkpointing = enable
+        set_stage_grad_checkpointing(self, self.layers, enable)
 
     @torch.jit.ignore
     def get_classifier(self) -> nn.Module:
@@ -347,42 +342,14 @@ def checkpoint_filter_fn(state_dict: Dict[str, torch.Tensor], model: NaLaFormer)
     return state_dict
 
 
-def _create_nalaformer(variant: str, pretrained: bool = False, **kwargs) -> NaLaFormer:
-    return build_model(NaLaFormer, variant, pretrained, MODEL_ARGS[variant], checkpoint_filter_fn, **kwargs)
+default_cfgs = model_cfgs(MODEL_ARGS, first_conv='patch_embed.proj.0', classifier='head',
+                          paper_name='NaLaFormer: Norm-Aware Linear Attention for Transformer Models',
+                          origin_url='https://github.com/ZacharyMeng/NaLaFormer')
 
-
-default_cfgs = generate_default_cfgs({name: model_cfg(
-    first_conv='patch_embed.proj.0', classifier='head',
-    paper_name='NaLaFormer: Norm-Aware Linear Attention for Transformer Models',
-    origin_url='https://github.com/ZacharyMeng/NaLaFormer',
-) for name in MODEL_ARGS})
-
-
-@register_model
-def nalaformer_xt(pretrained: bool = False, **kwargs) -> NaLaFormer:
-    """NaLaFormer-XT: 6.14M params as released (the paper's table says 8M)."""
-    return _create_nalaformer('nalaformer_xt', pretrained=pretrained, **kwargs)
-
-
-@register_model
-def nalaformer_t(pretrained: bool = False, **kwargs) -> NaLaFormer:
-    """NaLaFormer-T: 15.91M params as released (mlp ratio 4; the paper's 15M matches 3.5)."""
-    return _create_nalaformer('nalaformer_t', pretrained=pretrained, **kwargs)
-
-
-@register_model
-def nalaformer_s(pretrained: bool = False, **kwargs) -> NaLaFormer:
-    """NaLaFormer-S: 25.65M params."""
-    return _create_nalaformer('nalaformer_s', pretrained=pretrained, **kwargs)
-
-
-@register_model
-def nalaformer_b(pretrained: bool = False, **kwargs) -> NaLaFormer:
-    """NaLaFormer-B: 52.00M params."""
-    return _create_nalaformer('nalaformer_b', pretrained=pretrained, **kwargs)
-
-
-@register_model
-def nalaformer_l(pretrained: bool = False, **kwargs) -> NaLaFormer:
-    """NaLaFormer-L: 95.43M params."""
-    return _create_nalaformer('nalaformer_l', pretrained=pretrained, **kwargs)
+_entrypoint = entrypoints(__name__, NaLaFormer, MODEL_ARGS, checkpoint_filter_fn)
+nalaformer_xt = _entrypoint('nalaformer_xt', "NaLaFormer-XT: 6.14M params as released (the paper's table says 8M).")
+nalaformer_t = _entrypoint('nalaformer_t', "NaLaFormer-T: 15.91M params as released (mlp ratio 4; the paper's 15M "
+                                           "matches 3.5).")
+nalaformer_s = _entrypoint('nalaformer_s', 'NaLaFormer-S: 25.65M params.')
+nalaformer_b = _entrypoint('nalaformer_b', 'NaLaFormer-B: 52.00M params.')
+nalaformer_l = _entrypoint('nalaformer_l', 'NaLaFormer-L: 95.43M params.')

@@ -30,6 +30,7 @@ A one-seed pipeline check (the test's)::
         --epochs 3 --train-per-class 100 --val-per-class 20 --measure-images 8 --work-dir /tmp/ms --out /tmp/ms/study
 """
 import argparse
+import functools
 import json
 import math
 import os
@@ -39,15 +40,20 @@ import sys
 import textwrap
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
 import torch
 
 from nalaformer.analysis.images import load_images
-from nalaformer.analysis.mechanism import ABLATION_CHAIN, STUDY_KERNELS, compare, measure_stages, summarise, sweep_norms
+from nalaformer.analysis.mechanism import (
+    ABLATION_CHAIN, STUDY_KERNELS, compare, format_mean_std, measure_stages, summarise, sweep_norms,
+)
 from nalaformer.analysis.models import create_model, parse_model_spec
+from nalaformer.analysis.results import save_figure
+from nalaformer.analysis.study_runs import (
+    add_run_args, read_result, run_side_by_side, start_run, write_report, write_result,
+)
 from nalaformer.datasets import write_brightest_of_four, write_imagefolder
 from nalaformer.errors import ConfigError, run_tool
 
@@ -93,8 +99,7 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
                         '(default: where Debian installs them)')
     parser.add_argument('--out', type=Path, default=ROOT / 'docs' / 'mechanism_study',
                         help='output prefix: OUT.json, OUT.png, OUT.md')
-    parser.add_argument('--combine', action='store_true', help='only collect finished runs and write the outputs')
-    parser.add_argument('--retrain', action='store_true', help='ignore finished runs and train them again')
+    add_run_args(parser)
     args = parser.parse_args(argv)
     if args.data is None:
         args.data = args.work_dir / f'{args.task}-{args.train_per_class}-{args.val_per_class or "all"}'
@@ -182,18 +187,12 @@ def train_env(args: argparse.Namespace) -> Dict[str, str]:
 
 def run_one(args: argparse.Namespace, mixers: str, kernel: str, seed: int) -> Dict:
     directory = run_dir(args, mixers, kernel, seed)
-    result_file = directory / 'result.json'
-    if result_file.is_file() and not args.retrain:
-        result = json.loads(result_file.read_text())
+    result = None if args.retrain else read_result(directory)
+    if result is not None:
         if result.get('settings') == settings(args):
             return result
         print(f'[{mixers} {kernel} seed {seed}] settings changed: training again', flush=True)
-    settings_file = directory / 'settings.json'  # of the run in this folder, finished or interrupted
-    if args.retrain or (settings_file.is_file() and json.loads(settings_file.read_text()) != settings(args)):
-        import shutil
-        shutil.rmtree(directory, ignore_errors=True)
-    directory.mkdir(parents=True, exist_ok=True)
-    settings_file.write_text(json.dumps(settings(args)) + '\n')
+    start_run(directory, settings(args), args.retrain)
     config = write_config(args, directory, kernel, MIXERS[mixers], seed)
     command = [sys.executable, str(ROOT / 'tools' / 'train.py'), str(config), '--work-dir', str(directory), '--resume']
     start = time.perf_counter()
@@ -211,14 +210,14 @@ def run_one(args: argparse.Namespace, mixers: str, kernel: str, seed: int) -> Di
     result = dict(kernel=kernel, conv_mixers=mixers, seed=seed, settings=settings(args),
                   top1=final_top1(directory, args.epochs), seconds=train_seconds,
                   measure_seconds=time.perf_counter() - start, config=str(config), stages=stages)
-    result_file.write_text(json.dumps(result, indent=2) + '\n')
+    write_result(directory, result)
     return result
 
 
-def train_and_report(args: argparse.Namespace, job: Tuple[str, str, int], i: int, total: int, start: float) -> Dict:
+def train_and_report(args: argparse.Namespace, start: float, job: Tuple[str, str, int], i: int, total: int) -> Dict:
     """:func:`run_one` with a progress line before and after (runs go side by side with ``--jobs``)."""
     mixers, kernel, seed = job
-    was_done = (run_dir(args, mixers, kernel, seed) / 'result.json').is_file() and not args.retrain
+    was_done = not args.retrain and read_result(run_dir(args, mixers, kernel, seed)) is not None
     if not was_done:
         print(f'[{i}/{total}] mixers {mixers} {kernel} seed {seed}: training ({args.epochs} epochs, log: '
               f'{run_dir(args, mixers, kernel, seed) / "train.log"})', flush=True)
@@ -230,15 +229,6 @@ def train_and_report(args: argparse.Namespace, job: Tuple[str, str, int], i: int
           f"sweep ΔH s1 {stage0['sweep_change']:+.3f}  {cost}  [{(time.perf_counter() - start) / 60:.1f} min]",
           flush=True)
     return result
-
-
-def _fmt(stat: Optional[Dict], digits: int = 2, signed: bool = False) -> str:
-    if not stat or stat.get('mean') is None:
-        return '–'
-    sign = '+' if signed else ''
-    if stat['n'] < 2:
-        return f"{stat['mean']:{sign}.{digits}f} (1 seed)"
-    return f"{stat['mean']:{sign}.{digits}f} ± {stat['std']:.{digits}f}"
 
 
 def verdicts(cells: Dict[str, Dict[str, Dict]]) -> List[Dict]:
@@ -277,12 +267,12 @@ def markdown(report: Dict) -> str:
     for mixers, by_kernel in report['cells'].items():
         for kernel, cell in by_kernel.items():
             measured = {s['stage']: s for s in cell['stages'] if 'spearman' in s}
-            row = [mixers, kernel, str(len(cell['seeds'])), _fmt(cell['top1'])]
-            row += [_fmt(measured[s['stage']]['spearman'], signed=True) for s in stages]
+            row = [mixers, kernel, str(len(cell['seeds'])), format_mean_std(cell['top1'])]
+            row += [format_mean_std(measured[s['stage']]['spearman'], signed=True) for s in stages]
             first = measured[stages[0]['stage']]
             zero = dict(mean=0.0, std=0.0, n=first['spearman']['n'])
             row += [compare(first['spearman'], zero) if first['spearman']['mean'] is not None else 'n/a',
-                    _fmt(first['sweep_change'], 3, signed=True),
+                    format_mean_std(first['sweep_change'], 3, signed=True),
                     f"{first['sweep_max_abs_change']['mean']:.1e}" if first['sweep_max_abs_change']['mean'] is not None
                     else '–']
             lines.append('| ' + ' | '.join(row) + ' |')
@@ -353,10 +343,7 @@ def plot(report: Dict, path: Path) -> None:
         row[2].set_title(f'norm sweep, stage {stages[0] + 1} (dashed: log N), mean over seeds', fontsize=10)
         row[2].legend(fontsize=8)
     fig.suptitle('\n'.join(textwrap.wrap(report['settings_text'], 180)), fontsize=9)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save_figure(fig, path)
 
 
 def collect(args: argparse.Namespace, runs: List[Dict], command: str) -> Dict:
@@ -391,27 +378,18 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     start = time.perf_counter()
     if args.combine:
         for mixers, kernel, seed in jobs:
-            result_file = run_dir(args, mixers, kernel, seed) / 'result.json'
-            result = json.loads(result_file.read_text()) if result_file.is_file() else None
+            result = read_result(run_dir(args, mixers, kernel, seed))
             if result and result.get('settings') == settings(args):
                 runs.append(result)
             elif result:
                 print(f'[{mixers} {kernel} seed {seed}] left out: trained with other settings {result.get("settings")}')
     else:
         torch.set_num_threads(args.threads)  # the measurements in this process, beside the trainings
-        with ThreadPoolExecutor(max_workers=args.jobs) as pool:
-            futures = [pool.submit(train_and_report, args, job, i, len(jobs), start) for i, job in enumerate(jobs, 1)]
-            runs = [future.result() for future in futures]
+        runs = run_side_by_side(functools.partial(train_and_report, args, start), jobs, args.jobs)
     if not runs:
         raise ConfigError(f'no finished runs under {args.work_dir}')
     report = collect(args, runs, command)
-    files = {suffix: Path(f'{args.out}.{suffix}') for suffix in ('json', 'md', 'png')}
-    files['json'].parent.mkdir(parents=True, exist_ok=True)
-    files['json'].write_text(json.dumps(report, indent=2) + '\n')
-    write_markdown(files['md'], markdown(report))
-    plot(report, files['png'])
-    print(markdown(report))
-    print(f"wrote {files['json']}, {files['md']} and {files['png']}")
+    write_report(args.out, report, markdown(report), write_markdown, plot)
     return 0
 
 

@@ -27,15 +27,14 @@ A pipeline check (the test's)::
         --work-dir /tmp/srm --out /tmp/srm/study
 """
 import argparse
+import functools
 import json
 import math
 import os
 import shlex
-import shutil
 import subprocess
 import sys
 import time
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 
@@ -45,7 +44,11 @@ from mmengine.registry import MODELS
 from PIL import Image
 
 import nalaformer.engine  # noqa: F401  (registers SRModel)
-from nalaformer.analysis.mechanism import compare, measure_global_slots, summarise, sweep_norms
+from nalaformer.analysis.mechanism import compare, format_mean_std, measure_global_slots, summarise, sweep_norms
+from nalaformer.analysis.results import save_figure
+from nalaformer.analysis.study_runs import (
+    add_run_args, read_result, run_side_by_side, start_run, write_report, write_result,
+)
 from nalaformer.checkpoint import Checkpoint, load_checkpoint_into
 from nalaformer.datasets import write_photo_datasets
 from nalaformer.datasets.super_resolution import TEST_SET
@@ -75,8 +78,7 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
                                                                 '(default WORK/data; written on first use)')
     parser.add_argument('--out', type=Path, default=ROOT / 'docs' / 'sr_mechanism_study',
                         help='output prefix: OUT.json, OUT.md, OUT.png')
-    parser.add_argument('--combine', action='store_true', help='only collect finished runs and write the outputs')
-    parser.add_argument('--retrain', action='store_true', help='ignore finished runs and train them again')
+    add_run_args(parser)
     args = parser.parse_args(argv)
     args.data = args.data or args.work_dir / 'data'
     if args.iters < 1 or args.measure_size < 8:
@@ -86,6 +88,10 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
 
 def settings(args: argparse.Namespace) -> Dict:
     return {key: getattr(args, key) for key in RUN_SETTINGS}
+
+
+def run_dir(args: argparse.Namespace, kernel: str, seed: int) -> Path:
+    return args.work_dir / kernel / f'seed{seed}'
 
 
 def prepare_data(args: argparse.Namespace) -> None:
@@ -135,17 +141,11 @@ def measure(args: argparse.Namespace, kernel: str, checkpoint: Path) -> List[Dic
 
 
 def run_one(args: argparse.Namespace, kernel: str, seed: int) -> Dict:
-    directory = args.work_dir / kernel / f'seed{seed}'
-    result_file = directory / 'result.json'
-    if result_file.is_file() and not args.retrain:
-        result = json.loads(result_file.read_text())
-        if result.get('settings') == settings(args):
-            return result
-    settings_file = directory / 'settings.json'  # of the run in this folder, finished or interrupted
-    if args.retrain or (settings_file.is_file() and json.loads(settings_file.read_text()) != settings(args)):
-        shutil.rmtree(directory, ignore_errors=True)
-    directory.mkdir(parents=True, exist_ok=True)
-    settings_file.write_text(json.dumps(settings(args)) + '\n')
+    directory = run_dir(args, kernel, seed)
+    result = None if args.retrain else read_result(directory)
+    if result is not None and result.get('settings') == settings(args):
+        return result
+    start_run(directory, settings(args), args.retrain)
     options = cfg_options(args, kernel, seed)
     start = time.perf_counter()
     run_tool(args, 'train.py', [str(CONFIG), '--work-dir', str(directory), '--resume', '--cfg-options', *options],
@@ -161,11 +161,11 @@ def run_one(args: argparse.Namespace, kernel: str, seed: int) -> Dict:
     result = dict(kernel=kernel, seed=seed, settings=settings(args), seconds=seconds,
                   measure_seconds=time.perf_counter() - start, psnr=metrics[f'{TEST_SET}/PSNR'],
                   ssim=metrics[f'{TEST_SET}/SSIM'], bicubic_psnr=metrics[f'{TEST_SET}/bicubic_PSNR'], stages=groups)
-    result_file.write_text(json.dumps(result, indent=2) + '\n')
+    write_result(directory, result)
     return result
 
 
-def report_run(args: argparse.Namespace, job, i: int, total: int, start: float) -> Dict:
+def report_run(args: argparse.Namespace, start: float, job, i: int, total: int) -> Dict:
     kernel, seed = job
     result = run_one(args, kernel, seed)
     first = result['stages'][0]
@@ -173,15 +173,6 @@ def report_run(args: argparse.Namespace, job, i: int, total: int, start: float) 
           f"  Spearman g1 {first['spearman'] if first['spearman'] is not None else math.nan:+.3f}  sweep ΔH g1 "
           f"{first['sweep_change']:+.3f}  [{(time.perf_counter() - start) / 60:.1f} min]", flush=True)
     return result
-
-
-def fmt(stat: Optional[Dict], digits: int = 2, signed: bool = False) -> str:
-    if not stat or stat.get('mean') is None:
-        return '–'
-    sign = '+' if signed else ''
-    if stat['n'] < 2:
-        return f"{stat['mean']:{sign}.{digits}f} (1 seed)"
-    return f"{stat['mean']:{sign}.{digits}f} ± {stat['std']:.{digits}f}"
 
 
 def collect(args: argparse.Namespace, runs: List[Dict], command: str) -> Dict:
@@ -215,10 +206,10 @@ def markdown(report: Dict) -> str:
     lines += ['| ' + ' | '.join(header) + ' |', '|' + '---|' * len(header)]
     for kernel, cell in cells.items():
         first = cell['stages'][0]
-        row = [kernel, str(len(cell['seeds'])), fmt(cell['psnr'], 3), fmt(cell['ssim'], 4),
-               fmt(cell['bicubic_psnr'], 3)]
-        row += [fmt(g['spearman'], signed=True) for g in cell['stages']]
-        row += [fmt(first['sweep_change'], 3, signed=True),
+        row = [kernel, str(len(cell['seeds'])), format_mean_std(cell['psnr'], 3), format_mean_std(cell['ssim'], 4),
+               format_mean_std(cell['bicubic_psnr'], 3)]
+        row += [format_mean_std(g['spearman'], signed=True) for g in cell['stages']]
+        row += [format_mean_std(first['sweep_change'], 3, signed=True),
                 f"{first['sweep_max_abs_change']['mean']:.1e}" if first['sweep_max_abs_change']['mean'] is not None
                 else '–']
         lines.append('| ' + ' | '.join(row) + ' |')
@@ -266,10 +257,7 @@ def plot(report: Dict, path: Path) -> None:
     axes[2].set_ylabel('mean entropy (nats)')
     axes[2].set_title('norm sweep, group 1 (dashed: log N)', fontsize=10)
     axes[2].legend(fontsize=8)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save_figure(fig, path)
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
@@ -279,27 +267,18 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if args.combine:
         runs = []
         for kernel, seed in jobs:
-            result_file = args.work_dir / kernel / f'seed{seed}' / 'result.json'
-            result = json.loads(result_file.read_text()) if result_file.is_file() else None
+            result = read_result(run_dir(args, kernel, seed))
             if result and result.get('settings') == settings(args):
                 runs.append(result)
     else:
         prepare_data(args)
         torch.set_num_threads(args.threads)  # the measurements in this process, beside the trainings
         start = time.perf_counter()
-        with ThreadPoolExecutor(max_workers=args.jobs) as pool:
-            futures = [pool.submit(report_run, args, job, i, len(jobs), start) for i, job in enumerate(jobs, 1)]
-            runs = [future.result() for future in futures]
+        runs = run_side_by_side(functools.partial(report_run, args, start), jobs, args.jobs)
     if not runs:
         raise SystemExit(f'no finished runs under {args.work_dir}')
     report = collect(args, runs, command)
-    files = {suffix: Path(f'{args.out}.{suffix}') for suffix in ('json', 'md', 'png')}
-    files['json'].parent.mkdir(parents=True, exist_ok=True)
-    files['json'].write_text(json.dumps(report, indent=2) + '\n')
-    files['md'].write_text(markdown(report))
-    plot(report, files['png'])
-    print(markdown(report))
-    print(f"wrote {files['json']}, {files['md']} and {files['png']}")
+    write_report(args.out, report, markdown(report), Path.write_text, plot)
     return 0
 
 

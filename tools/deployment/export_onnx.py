@@ -23,7 +23,7 @@ import sys
 import time
 
 from nalaformer.deployment import ExportError, build_target, parse_shape, require_export_packages, write_onnx
-from nalaformer.errors import UserError, report
+from nalaformer.errors import run_tool
 from nalaformer.files import check_file_destination
 
 
@@ -66,25 +66,26 @@ def parse_args(argv=None):
     return args
 
 
-def main(argv=None) -> int:
+def export(argv=None):
     args = parse_args(argv)
     started = time.time()
-    try:
-        check_file_destination(args.out, args.overwrite, '--out', 'model.onnx', inputs=(args.model, args.checkpoint))
-        require_export_packages()
-        attn_types = None if args.attn_types is None else (
-            args.attn_types[0] if len(args.attn_types) == 1 else tuple(args.attn_types))
-        print(f'building {args.model}' + (f' with {args.checkpoint}' if args.checkpoint else ' (random weights)'))
-        target = build_target(args.model, attn_types, args.num_classes, args.checkpoint, args.ema)
-        for note in target.notes:
-            print(f'note: {note}')
-        check_shapes = args.check_shapes or [(1, *args.size), (2, 320, 480)]
-        write_onnx(target, args.out, (2, *args.size), [] if args.no_check else check_shapes, args.atol,
-                   args.opset, log=print)
-    except UserError as e:  # the arguments are wrong: one line; bugs keep their traceback
-        return report(e)
+    check_file_destination(args.out, args.overwrite, '--out', 'model.onnx', inputs=(args.model, args.checkpoint))
+    require_export_packages()
+    attn_types = None if args.attn_types is None else (
+        args.attn_types[0] if len(args.attn_types) == 1 else tuple(args.attn_types))
+    print(f'building {args.model}' + (f' with {args.checkpoint}' if args.checkpoint else ' (random weights)'))
+    target = build_target(args.model, attn_types, args.num_classes, args.checkpoint, args.ema)
+    for note in target.notes:
+        print(f'note: {note}')
+    check_shapes = args.check_shapes or [(1, *args.size), (2, 320, 480)]
+    write_onnx(target, args.out, (2, *args.size), [] if args.no_check else check_shapes, args.atol,
+               args.opset, log=print)
     print(f'wrote {args.out} in {time.time() - started:.1f} s')
-    return 0
+
+
+def main(argv=None) -> int:
+    """The exit code: 0, or 2 with one line when the arguments are wrong (bugs keep their traceback)."""
+    return run_tool(export, argv)
 
 
 if __name__ == '__main__':
