@@ -119,9 +119,10 @@ def test_train_run_reports_losses_and_amp(bench, tmp_path, capsys):
     (['--sizes', '224', '448', '--batch-sizes', '1', '2', '3'], '--batch-sizes'),
     (['--models', 'convnext_tiny', '--baseline', 'resnet50'], '--baseline'),
 ])
-def test_user_errors_exit_2(args, message):
-    proc = run(*args, '--repeats', 1)
-    assert proc.returncode == 2 and message in proc.stderr and 'Traceback' not in proc.stderr
+def test_user_errors_exit_2(bench, args, message, capfd):
+    assert run_tool(bench.main, [*args, '--repeats', '1']) == 2
+    stderr = capfd.readouterr().err
+    assert message in stderr and 'Traceback' not in stderr
 
 
 def test_statistics(bench):

@@ -14,8 +14,6 @@ from typing import Dict, List, Optional, Sequence
 import numpy as np
 from mmengine.evaluator import BaseMetric
 from mmengine.registry import METRICS
-from skimage.color import rgb2ycbcr
-from skimage.metrics import peak_signal_noise_ratio, structural_similarity
 
 from ..imresize import imresize
 
@@ -32,6 +30,8 @@ def _prepare(image: np.ndarray, reference: np.ndarray, crop_border: int, y_chann
         image = image[crop_border:-crop_border, crop_border:-crop_border]
         reference = reference[crop_border:-crop_border, crop_border:-crop_border]
     if y_channel:
+        # scikit-image (with SciPy) is imported where a metric is taken: it adds ~1 s to every tool's start-up
+        from skimage.color import rgb2ycbcr
         return rgb2ycbcr(image)[..., 0], rgb2ycbcr(reference)[..., 0]
     return image.astype(np.float64), reference.astype(np.float64)
 
@@ -41,12 +41,14 @@ def calculate_psnr(image: np.ndarray, reference: np.ndarray, crop_border: int, y
     image, reference = _prepare(image, reference, crop_border, y_channel)
     if np.array_equal(image, reference):
         return float('inf')
+    from skimage.metrics import peak_signal_noise_ratio
     return float(peak_signal_noise_ratio(reference, image, data_range=255))
 
 
 def calculate_ssim(image: np.ndarray, reference: np.ndarray, crop_border: int, y_channel: bool = True) -> float:
     """SSIM (11x11 Gaussian window, sigma 1.5) of two (H, W, 3) uint8 RGB images; RGB: mean over channels."""
     image, reference = _prepare(image, reference, crop_border, y_channel)
+    from skimage.metrics import structural_similarity
     return float(structural_similarity(reference, image, gaussian_weights=True, sigma=1.5,
                                        use_sample_covariance=False, data_range=255,
                                        channel_axis=None if y_channel else -1))
