@@ -327,6 +327,37 @@ def test_test_tool_ema_evaluates_exactly_the_ema_weights(relu_run, tiny_imagefol
 
 @pytest.mark.xdist_group('engine_relu_run')
 @pytest.mark.slow
+def test_test_tool_reads_the_checkpoint_once_and_enters_the_model_once(relu_run, tiny_imagefolder, tmp_path,
+                                                                       monkeypatch):
+    """docs/checkpoints.md: on tools/test.py's path the file is read once and the weights enter the model once."""
+    import importlib.util
+
+    from nalaformer.errors import run_tool as run_in_process
+    spec = importlib.util.spec_from_file_location('test_tool', ROOT / 'tools' / 'test.py')
+    tool = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tool)
+    checkpoint, reads, entries = relu_run / 'epoch_2.pth', [], []
+    load, load_state_dict = torch.load, torch.nn.Module.load_state_dict
+
+    def counted_load(f, *args, **kwargs):
+        reads.append(Path(f))
+        return load(f, *args, **kwargs)
+
+    def counted_load_state_dict(module, *args, **kwargs):
+        entries.append(type(module).__name__)
+        return load_state_dict(module, *args, **kwargs)
+
+    monkeypatch.setattr(torch, 'load', counted_load)
+    monkeypatch.setattr(torch.nn.Module, 'load_state_dict', counted_load_state_dict)
+    argv = [CONFIG, str(checkpoint), '--work-dir', str(tmp_path), '--cfg-options', *tiny_options(tiny_imagefolder),
+            RELU]
+    assert run_in_process(tool.main, argv) == 0
+    assert reads.count(checkpoint) == 1, reads
+    assert entries == ['TimmClassifier'], entries
+
+
+@pytest.mark.xdist_group('engine_relu_run')
+@pytest.mark.slow
 def test_test_tool_refuses_a_checkpoint_of_another_attention(relu_run, tiny_imagefolder, tmp_path):
     bad = run_tool('test.py', CONFIG, relu_run / 'epoch_2.pth', '--work-dir', tmp_path / 'a',
                    '--cfg-options', *tiny_options(tiny_imagefolder), check=False)
