@@ -247,23 +247,29 @@ def config_target(path: str, attn_types: Optional[AttnTypes] = None, checkpoint:
     from mmengine.config import Config
     from mmengine.registry import MODELS, DefaultScope
 
+    from .engine.classifier import TimmClassifier
+    from .engine.launch import check_model_keywords, model_spec
+
     cfg = Config.fromfile(path)
-    classification = cfg.model.get('type') == 'TimmClassifier'
-    if classification:
-        cfg.model.pretrained = None
-        owner, where, prefix = cfg.model, 'the config\'s model', 'model.'
-    elif str((cfg.model.get('backbone') or {}).get('type', '')).endswith('NaLaBackbone'):
-        cfg.model.backbone.init_cfg = None
-        owner, where, prefix = cfg.model.backbone, 'the config\'s backbone', 'model.backbone.'
-    else:
-        raise ExportError(f'{path}: its model is neither a TimmClassifier nor a model with a NaLaBackbone')
+    _import_config_modules(cfg)
+    check_model_keywords(cfg)  # a keyword the model does not take, or a value it rejects, named in one line
+    spec = model_spec(cfg)  # which part of the config is the timm model
+    classification = spec is not None and issubclass(spec.wrapper, TimmClassifier)
+    backbone = spec is not None and spec.prefix != 'model.'  # inside a dense model: its features are exported
+    if not (classification or backbone):
+        what = 'no timm model' if spec is None else f'a {spec.wrapper.__name__}'
+        raise ExportError(f'{path}: its model is {what}; ONNX export takes a TimmClassifier or a dense model\'s '
+                          f'NaLaBackbone')
+    owner, prefix = spec.part(cfg), spec.prefix
+    where = 'the config\'s model' if classification else 'the config\'s backbone'
+    for option in spec.weight_options:  # the weights come from the checkpoint alone
+        owner[option] = None
     if attn_types is not None:
         _check_not_fused(attn_types)
         owner.update(attn_types=attn_types, kernel_kwargs=None)
     model_args, notes = _replace_fused(owner, where)
     owner.update(model_args)
     ckpt = None if checkpoint is None else Checkpoint.read(checkpoint)
-    _import_config_modules(cfg)
     try:
         with DefaultScope.overwrite_default_scope(cfg.get('default_scope')):
             model = MODELS.build(cfg.model)
@@ -275,7 +281,7 @@ def config_target(path: str, attn_types: Optional[AttnTypes] = None, checkpoint:
     if classification:
         module, outputs, what = model.model, ('logits',), f'{name} classifier'
     else:
-        module, what = model.backbone, f'{name} backbone'
+        module, what = model.get_submodule(prefix[len('model.'):].rstrip('.')), f'{name} backbone'
         outputs = tuple(f'feat{i}' for i in module.out_indices)
     return _target(module, _exportable_model(module, name), outputs, what, notes)
 

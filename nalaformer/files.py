@@ -15,7 +15,8 @@ from typing import Callable, Iterator, Optional, Sequence, Union
 
 from .errors import DestinationError
 
-__all__ = ['atomic_folder', 'atomic_file', 'check_file_destination', 'check_folder_destination', 'same_path']
+__all__ = ['atomic_folder', 'atomic_file', 'check_file_destination', 'check_folder_destination', 'contained',
+           'same_path']
 
 PathLike = Union[str, os.PathLike]
 
@@ -62,6 +63,14 @@ def same_path(a: PathLike, b: PathLike) -> bool:
     if a.exists() and b.exists():
         return os.path.samefile(a, b)
     return a.resolve() == b.resolve()
+
+
+def contained(path: PathLike, root: PathLike) -> bool:
+    """Whether ``path`` lies inside the folder ``root`` (not ``root`` itself): its folder resolved (``..``, links
+    to folders), its own name kept, so that a link inside ``root`` counts as inside (removing it removes the link).
+    What a run deletes or replaces must be contained in its work dir."""
+    path = Path(os.path.abspath(path))
+    return Path(root).resolve() in (path.parent.resolve() / path.name).parents
 
 
 def _check_parent(path: Path, option: str) -> None:

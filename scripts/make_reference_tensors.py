@@ -1,6 +1,6 @@
 """Produce tests/data/release_reference.pt by running the authors' release code.
 
-Usage: python scripts/make_reference_tensors.py --release-file /path/to/NaLaFormer/NaLaformer/NALA.py
+Usage: python3 scripts/make_reference_tensors.py --release-file /path/to/NaLaFormer/NaLaformer/NALA.py
 
 The release code is imported from outside this repository and never committed; only the
 tensors it produces are. Tests in tests/test_release_parity.py compare against them.

@@ -26,9 +26,11 @@ import torch
 from PIL import Image
 
 import nalaformer  # noqa: F401  (registers the models)
-from nalaformer.checkpoint import model_definition, model_definitions, save_state_dict
+from nalaformer.checkpoint import Checkpoint, model_definition, model_definitions, save_state_dict
 from nalaformer.engine import TimmClassifier
 from nalaformer.errors import USER_ERROR_EXIT, run_tool
+
+from tool_runs import run_script, write_imagefolder, write_tiny_ade, write_tiny_coco
 
 pytestmark = pytest.mark.xdist_group('bad_inputs')  # one worker under pytest -n: the tests share the user's files; the last one writes the table of what the others printed
 
@@ -36,12 +38,16 @@ ROOT = Path(__file__).resolve().parents[1]
 CONFIG = str(ROOT / 'configs' / 'nalaformer' / 'nalaformer-t_8xb128_in1k.py')
 SEG_CONFIG = str(ROOT / 'configs' / 'ade20k' / 'upernet_nalaformer-t_8xb2-160k_ade20k-512x512.py')
 DET_CONFIG = str(ROOT / 'configs' / 'coco' / 'mask-rcnn_nalaformer-t_fpn_1x_coco.py')
+SR_CONFIG = str(ROOT / 'configs' / 'sr' / 'nalasr-pico_1xb32-2k_photos-x2.py')
+SR_X2_CONFIG = str(ROOT / 'configs' / 'sr' / 'nalasr-light_8xb16-500k_div2k-x2.py')
+PICO_CONFIG = str(ROOT / 'configs' / 'nalaformer' / 'nalaformer-pico_1xb64-10e_fashion-mnist-32px.py')
 TABLE = ROOT / 'docs' / 'bad_inputs.md'
 CLASSES = ('class0', 'class1', 'class2')
 TINY = dict(num_classes=3, embed_dims=[16, 32, 48, 64], depths=[1, 1, 1, 1], num_heads=[1, 2, 3, 4],
             head_hidden_size=32)
 TINY_OPTIONS = ['model.num_classes=3', 'model.embed_dims=[16,32,48,64]', 'model.depths=[1,1,1,1]',
-                'model.num_heads=[1,2,3,4]', 'model.head_hidden_size=32']
+                'model.num_heads=[1,2,3,4]', 'model.head_hidden_size=32',
+                'train_dataloader.batch_size=2']  # the tiny datasets hold fewer images than one shipped batch
 
 
 def load_tool(path: str):
@@ -55,7 +61,8 @@ def load_tool(path: str):
 TOOL_PATHS = {'train.py': 'train', 'test.py': 'test', 'convert_checkpoint.py': 'convert_checkpoint',
               'export_onnx.py': 'deployment/export_onnx',
               'fashion_mnist_to_imagefolder.py': 'dataset_converters/fashion_mnist_to_imagefolder',
-              'quick_start.py': 'quick_start', 'seg_demo.py': 'seg_demo', 'det_demo.py': 'det_demo'}
+              'quick_start.py': 'quick_start', 'seg_demo.py': 'seg_demo', 'det_demo.py': 'det_demo',
+              'sr_demo.py': 'sr_demo'}
 
 
 class Tools(dict):
@@ -137,6 +144,7 @@ def world(tmp_path_factory, tools) -> Path:
         archive.writestr('photos/a.txt', 'not tensors')
     (w / 'metrics.json').write_text('{"accuracy/top1": 61.9}\n')
     (w / 'model.onnx').write_bytes(b'an earlier export')
+    write_bad_configs(w)
     # datasets with one mistake each
     image_folder(w / 'empty_class')
     for image in (w / 'empty_class' / 'val' / 'class1').iterdir():
@@ -399,6 +407,99 @@ def option_case(options: List[str], says: Tuple[str, ...], note: str = '') -> Ca
 
 
 CASES.update({case_id: option_case(*case) for case_id, case in OPTION_CASES.items()})
+
+
+# --- every task family x every tool that writes: each kind of config mistake is named before anything is touched
+@dataclass
+class Family:
+    config: str
+    prefix: str  # where the config holds the timm model's keywords
+    number: str  # a number the config sets
+    demo: str  # the family's demo tool; it reads the bad keyword or value from a config file
+    demo_argv: Callable[[Path, str, str], List[str]]  # (world, config, --out) -> its arguments
+
+
+def dense_demo_argv(w: Path, config: str, out: str) -> List[str]:
+    return [str(w / 'photo.png'), config, str(w / 'run' / 'epoch_1.pth'), '--out', out]
+
+
+FAMILIES = {
+    'classification': Family(CONFIG, 'model.', 'model.drop_path_rate', 'export_onnx.py',
+                             lambda w, config, out: [config, '--out', out]),
+    'super-resolution': Family(SR_CONFIG, 'model.', 'model.upscale', 'sr_demo.py', lambda w, config, out: [
+        str(w / 'photo.png'), out, '--config', config, '--checkpoint', str(w / 'run' / 'epoch_1.pth')]),
+    'segmentation': Family(SEG_CONFIG, 'model.', 'model.backbone.drop_path_rate', 'seg_demo.py', dense_demo_argv),
+    'detection': Family(DET_CONFIG, 'model.', 'model.backbone.drop_path_rate', 'det_demo.py', dense_demo_argv),
+}
+FAMILIES['segmentation'].prefix = FAMILIES['detection'].prefix = 'model.backbone.'
+# the kinds of mistakes: (option, what the message must contain); '{prefix}', '{number}' and '{w}' filled in
+KEYWORD = ('{prefix}attn_typo=nala', ('{prefix}attn_typo', "takes no argument 'attn_typo'", 'attn_types'))
+VALUE_TYPE = ('{number}=high', ('{number}', 'expected a number', "'high'"))
+
+
+def bad_config(w: Path, family: str, kind: str) -> str:
+    """A user's config file inheriting the family's config with one mistake of ``kind`` (written by ``world``)."""
+    return str(w / 'configs' / f'{family}_{kind}.py')
+
+
+def write_bad_configs(w: Path) -> None:
+    for name, family in FAMILIES.items():
+        for kind, (option, _) in (('keyword', KEYWORD), ('type', VALUE_TYPE)):
+            key, value = option.format(prefix=family.prefix, number=family.number).split('=')
+            parts = key.split('.')
+            text = repr(value)
+            for part in reversed(parts[1:]):
+                text = f'dict({part}={text})'
+            path = Path(bad_config(w, name, kind))
+            path.parent.mkdir(exist_ok=True)
+            path.write_text(f'_base_ = [{family.config!r}]\n{parts[0]} = {text}\n')
+
+
+def family_cases(name: str, family: Family) -> Dict[str, Case]:
+    fill = lambda text, w: text.format(prefix=family.prefix, number=family.number, w=w)  # noqa: E731
+    config = family.config
+    earlier_run = lambda w: [config, '--work-dir', str(w / 'run'), '--overwrite']  # noqa: E731  (it would delete)
+    evaluation = lambda w: [config, str(w / 'run' / 'epoch_1.pth'), '--work-dir', str(w / 'test_logs')]  # noqa: E731
+    missing = 'train_dataloader.dataset.data_root={w}/nope'
+    cases = {}
+    for tool, argv, split in (('train.py', earlier_run, 'train'), ('test.py', evaluation, 'test')):
+        what = 'with `--overwrite` in an earlier run\'s work dir' if tool == 'train.py' else ''
+        for kind, (option, says) in (('keyword', KEYWORD), ('type', VALUE_TYPE),
+                                     ('data-root', (missing.replace('train', split), ('{w}/nope', 'data_root')))):
+            cases[f'{name}-{tool[:-3]}-{kind}'] = Case(
+                tool, f'{name}: `--cfg-options {fill(option, "<dir>")}` {what}'.rstrip(),
+                lambda w, argv=argv, option=option: [*argv(w), '--cfg-options', fill(option, w)],
+                lambda w, says=says: tuple(fill(text, w) for text in says))
+    cases[f'{name}-train-work-dir-below-file'] = Case(
+        'train.py', f'{name}: `--work-dir` below a file', lambda w: [config, '--work-dir', str(w / 'notes' / 'run')],
+        lambda w: (f'--work-dir {w / "notes" / "run"}', f'{w / "notes"} is a file, not a folder'))
+    cases[f'{name}-test-work-dir-below-file'] = Case(
+        'test.py', f'{name}: `--work-dir` below a file',
+        lambda w: [config, str(w / 'run' / 'epoch_1.pth'), '--work-dir', str(w / 'notes' / 'logs')],
+        lambda w: (f'--work-dir {w / "notes" / "logs"}', f'{w / "notes"} is a file, not a folder'))
+    for tool, argv in (('train.py', lambda w: [config, '--work-dir', str(w / 'data' / 'run')]),
+                       ('test.py', lambda w: [config, str(w / 'run' / 'epoch_1.pth'), '--work-dir',
+                                              str(w / 'data' / 'logs')])):
+        split = tool[:-3] if tool == 'test.py' else 'train'
+        cases[f'{name}-{tool[:-3]}-work-dir-in-data'] = Case(
+            tool, f'{name}: `--work-dir` inside the data root',
+            lambda w, argv=argv, split=split: [*argv(w), '--cfg-options',
+                                               f'{split}_dataloader.dataset.data_root={w / "data"}'],
+            lambda w: (f'--work-dir {w / "data"}', 'data_root', 'a folder outside it'))
+    for kind, (option, says) in (('keyword', KEYWORD), ('type', VALUE_TYPE)):
+        cases[f'{name}-{family.demo[:-3]}-{kind}'] = Case(
+            family.demo, f'{name}: a config file with `{fill(option, "<dir>")}`',
+            lambda w, kind=kind: family.demo_argv(w, bad_config(w, name, kind), str(w / 'demo_out.png')),
+            lambda w, says=says: tuple(fill(text, w) for text in says))
+    cases[f'{name}-{family.demo[:-3]}-out-exists'] = Case(
+        family.demo, f'{name}: an existing file as the output',
+        lambda w: family.demo_argv(w, config, str(w / 'mine' / '0.png')),
+        lambda w: (f'{w / "mine" / "0.png"} exists', '--overwrite'))
+    return cases
+
+
+for _name, _family in FAMILIES.items():
+    CASES.update(family_cases(_name, _family))
 ROWS: Dict[str, Tuple[str, str, str, int]] = {}  # case id -> (tool, bad input, message, exit code), for the table
 
 
@@ -439,7 +540,10 @@ def test_overwrite_replaces_and_timm_folders_are_replaced_atomically(world, tool
     assert convert([str(world / 'weights.safetensors'), str(target)]) == USER_ERROR_EXIT
     assert target.read_bytes() == b'old'
     assert convert([str(world / 'weights.safetensors'), str(target), '--overwrite']) == 0
-    assert target.read_bytes() == (world / 'weights.safetensors').read_bytes()
+    source, written = Checkpoint.read(world / 'weights.safetensors'), Checkpoint.read(target)
+    assert written.definitions == source.definitions and written.weights().keys() == source.weights().keys()
+    assert all(torch.equal(written.weights()[k], v) for k, v in source.weights().items())
+    assert written.origin == {'ema': False, 'source': str(world / 'weights.safetensors')}  # what it was written from
     assert convert([str(world / 'run' / 'epoch_1.pth'), str(tmp_path / 'run.pth')]) == 0
     assert convert([str(world / 'weights.safetensors'), str(tmp_path / 'run.pth')]) == 0  # its own output: again
     assert convert([str(world / 'run' / 'epoch_1.pth'), str(target)]) == 0
@@ -468,6 +572,22 @@ def test_the_dataset_converter_rewrites_only_its_own_folder(tools, tmp_path, cap
     assert not extra.exists() and sum(1 for _ in (out / 'train').rglob('*.png')) == 20
     assert 'per class of at least 1' in run_in_process(tools, 'fashion_mnist_to_imagefolder.py',
                                                        [str(tmp_path / 'x'), '--train-per-class', '0'], capfd)[1]
+
+
+def test_a_path_is_contained_in_a_folder_only_inside_it(tmp_path):
+    """The one check before a run deletes anything: ``..``, links to folders outside and the folder itself are
+    not inside; a link inside is (deleting it deletes the link)."""
+    from nalaformer.files import contained
+    work, other = tmp_path / 'work', tmp_path / 'other'
+    (work / 'logs').mkdir(parents=True)
+    other.mkdir()
+    (work / 'outside').symlink_to(other, target_is_directory=True)
+    (work / 'link.pth').symlink_to(other / 'best.pth')
+    assert contained(work / 'epoch_1.pth', work) and contained(work / 'logs' / 'a.log', work)
+    assert contained(work / 'link.pth', work) and contained(f'{work}/logs/../epoch_1.pth', work)
+    assert not contained(other / 'best.pth', work) and not contained(f'{work}/../other/best.pth', work)
+    assert not contained(work / 'outside' / 'best.pth', work) and not contained(work, work)
+    assert not contained(tmp_path / 'work2' / 'epoch_1.pth', work)  # a sibling whose name starts alike
 
 
 def test_valid_options_pass_the_type_check():
@@ -605,12 +725,130 @@ def test_a_run_resumes_only_inside_its_work_dir_and_overwrite_starts_again(world
     assert torch.load(copy / 'epoch_1.pth', weights_only=True)['meta']['epoch'] == 1
 
 
+# ----------------------------------------------------------------------------------------------
+# What must work: a copied work dir resumes inside itself, for every task family
+# ----------------------------------------------------------------------------------------------
+@dataclass
+class ResumedRun:
+    config: str
+    data: Callable[[Path], List[str]]  # writes a tiny dataset into the folder given; the run's --cfg-options
+    step: str  # 'epoch' or 'iter': what the run counts
+    first: int  # the original run's length
+    then: int  # the length the copy resumes to
+    best: str = ''  # the best checkpoints' name prefix, where the resumed run finds a new best
+
+
+def squares_run(root: Path) -> List[str]:
+    """Coloured squares the pico model learns within three epochs (a new best after the first)."""
+    write_imagefolder(root)
+    return [*data_options(root), 'train_dataloader.batch_size=3', 'val_dataloader.batch_size=6',
+            'train_dataloader.num_workers=0', 'val_dataloader.num_workers=0', 'model.num_classes=3',
+            'optim_wrapper.optimizer.lr=0.01', 'param_scheduler=[]']
+
+
+def photos_run(root: Path) -> List[str]:
+    """Two 64x64 training images in the DIV2K layout and one validation image (Set14), the x2 recipe with a pico
+    network: a checkpoint every iteration, a validation every second, the best PSNR's checkpoint kept."""
+    from nalaformer.datasets import write_lr_images
+    for folder, seeds in ((root / 'DIV2K' / 'DIV2K_train_HR', (0, 1)), (root / 'benchmark' / 'Set14' / 'HR', (2,))):
+        for seed in seeds:
+            write_images(folder, 1, start=seed)
+        for image in folder.iterdir():  # 8x8 -> 64x64: large enough for 32-pixel crops
+            Image.open(image).resize((64, 64), Image.BICUBIC).save(image)
+    write_lr_images(root / 'DIV2K' / 'DIV2K_train_HR', root / 'DIV2K' / 'DIV2K_train_LR_bicubic', [2])
+    write_lr_images(root / 'benchmark' / 'Set14' / 'HR', root / 'benchmark' / 'Set14' / 'LR_bicubic', [2])
+    return [*[f'{s}_dataloader.dataset.data_root={root}' for s in ('train', 'val', 'test')],
+            *[f'{s}_dataloader.num_workers={0}' for s in ('train', 'val')], 'train_dataloader.persistent_workers=False',
+            'train_dataloader.batch_size=2', 'train_dataloader.dataset.patch_size=32', 'model.embed_dim=24',
+            'model.depths=[1,1]', 'model.num_heads=2', 'model.window_size=8', 'optim_wrapper.optimizer.lr=0.003',
+            'train_cfg.val_interval=2', 'default_hooks.checkpoint.interval=1', 'default_hooks.logger.interval=1']
+
+
+def ade_run(root: Path) -> List[str]:
+    """tests/test_seg.py's tiny UperNet on its tiny ADE20K, validated every second iteration, best mIoU kept."""
+    from test_seg import tiny_options
+    return [*tiny_options(write_tiny_ade(root / 'ADEChallengeData2016')), 'default_hooks.checkpoint.save_best=mIoU']
+
+
+def coco_run(root: Path) -> List[str]:
+    """tests/test_det.py's tiny Mask R-CNN on its tiny COCO, validated every epoch, best box mAP kept."""
+    from mmdet.datasets import CocoDataset
+    from test_det import tiny_options
+    return [*tiny_options(write_tiny_coco(root, CocoDataset.METAINFO['classes'])),
+            'default_hooks.checkpoint.save_best=coco/bbox_mAP', 'default_hooks.checkpoint.rule=greater']
+
+
+RESUMED_RUNS = {
+    'classification': ResumedRun(PICO_CONFIG, squares_run, 'epoch', 1, 3, best='best_accuracy_top1_epoch_'),
+    'super-resolution': ResumedRun(SR_X2_CONFIG, photos_run, 'iter', 2, 4, best='best_Set14_PSNR_iter_'),
+    'segmentation': ResumedRun(SEG_CONFIG, ade_run, 'iter', 2, 4),
+    'detection': ResumedRun(DET_CONFIG, coco_run, 'epoch', 1, 2),
+}
+RESUMED_CASES = {f'{kind}-{family}': family for kind in ('copied-work-dir', 'resumed-elsewhere')
+                 for family in RESUMED_RUNS}
+
+
+def logged(output: str, fragment: str) -> str:
+    """The one log line of ``output`` holding ``fragment``, without mmengine's time and level."""
+    [line] = [line for line in output.splitlines() if fragment in line]
+    return line.split(' - mmengine - ', 1)[-1].split(' - ', 1)[-1]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize('family', RESUMED_RUNS)
+def test_a_copied_work_dir_resumes_and_leaves_the_original_byte_identical(family, tmp_path):
+    """``cp -r W1 W2; tools/train.py CONFIG --work-dir W2 --resume``: the checkpoint's bookkeeping (best and last
+    checkpoints) names W1's files; the run re-roots it into W2 and deletes only there, while W1 and every other
+    file stay byte-identical. Resuming W1's checkpoint into a new work dir forgets that bookkeeping."""
+    run = RESUMED_RUNS[family]
+    options = run.data(tmp_path / 'data')
+    env = {'OMP_NUM_THREADS': '1'}
+
+    def train(work, *args, length):
+        result = run_script(ROOT / 'tools' / 'train.py', run.config, '--work-dir', work, *args, '--cfg-options',
+                            *options, f'train_cfg.max_{run.step}s={length}', env=env)
+        return result.stdout + result.stderr
+
+    original, copy, elsewhere = tmp_path / 'original', tmp_path / 'copy', tmp_path / 'elsewhere'
+    train(original, length=run.first)
+    last = f'{run.step}_{run.first}.pth'
+    assert (original / 'last_checkpoint').read_text().strip() == str(original / last)
+    shutil.copytree(original, copy)
+    kept = snapshot(tmp_path)
+    output = train(copy, '--resume', length=run.then)
+    assert {k: v for k, v in snapshot(tmp_path).items() if k in kept and not k.startswith('copy')} == \
+        {k: v for k, v in kept.items() if not k.startswith('copy')}, 'files outside the copy changed'
+    line = logged(output, f'restored from the checkpoint, {original / last}')
+    assert f'using {copy / last}' in line
+    best = [line for line in output.splitlines() if f'restored from the checkpoint, {original / "best_"}' in line]
+    assert best and all(f'using {copy / "best_"}' in line for line in best)  # every family keeps a best
+    assert (copy / f'{run.step}_{run.then}.pth').is_file()
+    assert (copy / 'last_checkpoint').read_text().strip() == str(copy / f'{run.step}_{run.then}.pth')
+    if run.best:  # a new best in the copy: its previous best, the copy's own, is replaced there
+        best = f'{run.best}{run.first}.pth'
+        assert not (copy / best).exists() and list(copy.glob(f'{run.best}*.pth')) and (original / best).is_file()
+        assert f'previous best checkpoint {copy / best} is removed' in output
+    ROWS[f'copied-work-dir-{family}'] = (
+        'train.py', f'{family}: a copied work dir resumed (`cp -r W1 W2; train.py CONFIG --work-dir W2 --resume`)',
+        line.replace(str(tmp_path), '<dir>'), 0)
+    # the original's checkpoint resumed into a new work dir: its bookkeeping names files of another run
+    kept = snapshot(original)
+    output = train(elsewhere, '--resume', str(original / last), length=run.then)
+    assert snapshot(original) == kept
+    line = logged(output, f'restored from the checkpoint, {original / last}')
+    assert 'forgotten (nothing outside the work dir is deleted)' in line
+    assert (elsewhere / f'{run.step}_{run.then}.pth').is_file()
+    ROWS[f'resumed-elsewhere-{family}'] = (
+        'train.py', f'{family}: another run\'s checkpoint resumed into a new work dir (`--work-dir W3 --resume '
+                    f'W1/{last}`)', line.replace(str(tmp_path), '<dir>'), 0)
+
+
 def test_the_table_of_bad_inputs_is_written():
     """docs/bad_inputs.md, from the messages the cases above printed; the rows of cases that did not run in
     this session (e.g. slow ones left out) are kept from the table as it was."""
     earlier = TABLE.read_text().splitlines() if TABLE.is_file() else []
     rows = []
-    for case_id in CASES:
+    for case_id in [*CASES, *RESUMED_CASES]:
         if case_id in ROWS:
             tool, what, message, code = ROWS[case_id]
             rows.append('| ' + ' | '.join([case_id, f'`{tool}`', what, message.replace('|', '\\|'), str(code)]) + ' |')
@@ -622,6 +860,8 @@ def test_the_table_of_bad_inputs_is_written():
              'Written by tests/test_bad_inputs.py from the messages the tools printed (`<dir>`: the test\'s',
              'temporary folder). Each refusal happens before any work, leaves every existing file byte-identical',
              f'and exits with code {USER_ERROR_EXIT}; other errors (bugs) keep their traceback and exit with 1.',
+             'Rows with exit code 0 are runs that must work and touch nothing outside their work dir (every other',
+             'file hashed before and after); their message is the line the run logs.',
              '', '| case | tool | bad input | message (`error: ...`) | exit code |', '|---|---|---|---|---|', *rows]
     TABLE.write_text('\n'.join(lines) + '\n')
-    assert all(f'| {case_id} |' in TABLE.read_text() for case_id in CASES)
+    assert all(f'| {case_id} |' in TABLE.read_text() for case_id in [*CASES, *RESUMED_CASES])

@@ -1,6 +1,5 @@
 """COCO detection / instance segmentation with mmdetection: configs, tiny end-to-end runs (CPU)."""
 import json
-import math
 from pathlib import Path
 
 import mmdet
@@ -9,9 +8,9 @@ import pytest
 import torch
 from mmdet.datasets import CocoDataset
 from mmengine.config import Config
-from PIL import Image, ImageDraw
+from PIL import Image
 
-from tool_runs import run_script, train
+from tool_runs import run_script, train, write_tiny_coco
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = ROOT / 'configs' / 'coco'
@@ -20,53 +19,17 @@ MASK_RCNN_3X = CONFIGS / 'mask-rcnn_nalaformer-t_fpn_ms-3x_coco.py'
 RETINANET = CONFIGS / 'retinanet_nalaformer-t_fpn_1x_coco.py'
 CUSTOM = CONFIGS / 'mask-rcnn_nalaformer-t_fpn_1x_custom-coco.py'
 COCO_CLASSES = CocoDataset.METAINFO['classes']
-CATEGORIES = [dict(id=i + 1, name=name) for i, name in enumerate(COCO_CLASSES)]  # as COCO's json, ids 1..80
-OBJECTS = {'cat': (230, 60, 60), 'dog': (60, 60, 230)}  # drawn as rectangles and ellipses
 TINY_DIMS = [16, 32, 48, 64]
 TINY = ','.join(map(str, TINY_DIMS))
 EMBED_DIMS = {'xt': [32, 64, 128, 384], 't': [64, 128, 256, 512], 's': [64, 128, 320, 512],
               'b': [96, 192, 384, 512]}
 
 
-def _polygon(name, x, y, w, h):
-    """A rectangle ('cat') or a 16-gon ellipse ('dog') in the box (x, y, w, h), as COCO's [x0, y0, x1, y1, ...]."""
-    if name == 'cat':
-        return [x, y, x + w, y, x + w, y + h, x, y + h]
-    angles = [2 * math.pi * i / 16 for i in range(16)]
-    return [v for a in angles for v in (x + w / 2 * (1 + math.cos(a)), y + h / 2 * (1 + math.sin(a)))]
-
-
-def _write_split(root, split, num_images, g):
-    (root / f'{split}2017').mkdir(parents=True)
-    images, annotations = [], []
-    for image_id in range(1, num_images + 1):
-        img = Image.fromarray((torch.rand(120, 160, 3, generator=g) * 60).byte().numpy())
-        for _ in range(2):
-            name = list(OBJECTS)[int(torch.randint(0, 2, (1,), generator=g))]
-            w, h = torch.randint(30, 60, (2,), generator=g).tolist()
-            x, y = int(torch.randint(0, 160 - w, (1,), generator=g)), int(torch.randint(0, 120 - h, (1,), generator=g))
-            polygon = _polygon(name, x, y, w, h)
-            ImageDraw.Draw(img).polygon(polygon, fill=OBJECTS[name])
-            area = float(w * h) if name == 'cat' else math.pi * w * h / 4
-            annotations.append(dict(id=len(annotations) + 1, image_id=image_id, iscrowd=0, bbox=[x, y, w, h],
-                                    category_id=COCO_CLASSES.index(name) + 1, area=area, segmentation=[polygon]))
-        file_name = f'{image_id:06d}.png'
-        img.save(root / f'{split}2017' / file_name)
-        images.append(dict(id=image_id, file_name=file_name, width=160, height=120))
-    coco = dict(images=images, annotations=annotations, categories=CATEGORIES)
-    (root / 'annotations' / f'instances_{split}2017.json').write_text(json.dumps(coco))
-
-
 @pytest.fixture(scope='module')
 def tiny_coco(tmp_path_factory):
     """COCO layout (annotations/instances_{train,val}2017.json, {train,val}2017/): 160x120 images with
     two objects each, rectangles ('cat') and ellipses ('dog') with polygon masks; 8 train, 4 val."""
-    root = tmp_path_factory.mktemp('tiny_coco')
-    (root / 'annotations').mkdir()
-    g = torch.Generator().manual_seed(0)
-    _write_split(root, 'train', 8, g)
-    _write_split(root, 'val', 4, g)
-    return root
+    return write_tiny_coco(tmp_path_factory.mktemp('tiny_coco'), COCO_CLASSES)
 
 
 HEAD_WIDTHS = {  # 32 channels after the backbone instead of 256 (and 64 instead of 1024): 10x faster on CPU

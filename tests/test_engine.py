@@ -266,7 +266,7 @@ def test_runner_checkpoints_convert_with_raw_or_ema_weights(relu_run, tmp_path):
     raw = {k[len('model.'):]: v for k, v in checkpoint['state_dict'].items()}
     ema = {k[len('model.'):]: v for k, v in ema_of(checkpoint).items()}
     assert any(not torch.equal(raw[k], ema[k]) for k in raw)
-    for flag, want in (([], raw), (['--ema'], ema)):
+    for flag, want in ((['--raw'], raw), (['--ema'], ema), ([], ema)):  # EMA by default where the run kept them
         out = run_tool('convert_checkpoint.py', relu_run / 'epoch_2.pth', tmp_path / 'w.safetensors', *flag)
         assert 'nalaformer_t' in out.stdout and 'relu' in out.stdout
         got = load_file(str(tmp_path / 'w.safetensors'))
@@ -285,15 +285,16 @@ def test_runner_checkpoints_convert_with_raw_or_ema_weights(relu_run, tmp_path):
 @pytest.mark.xdist_group('engine_relu_run')
 @pytest.mark.slow
 def test_runner_checkpoints_become_timm_folders_with_raw_or_ema_weights(relu_run, tiny_imagefolder, tmp_path):
-    """convert_checkpoint.py RUN.pth DIR [--ema]: timm rebuilds the run's model (its architecture and attention
+    """convert_checkpoint.py RUN.pth DIR [--raw | --ema]: timm rebuilds the run's model (its architecture and attention
     from the folder alone) with exactly the raw or EMA weights, and tools/test.py evaluates the folder."""
     import timm
     checkpoint = torch.load(relu_run / 'epoch_2.pth', map_location='cpu', weights_only=True)
     raw = {k[len('model.'):]: v for k, v in checkpoint['state_dict'].items()}
     ema = {k[len('model.'):]: v for k, v in ema_of(checkpoint).items()}
-    for flag, want in (([], raw), (['--ema'], ema)):
+    for flag, want in ((['--raw'], raw), (['--ema'], ema)):
         run_tool('convert_checkpoint.py', relu_run / 'epoch_2.pth', tmp_path / f'folder{flag}', *flag)
-        model = timm.create_model(f'local-dir:{tmp_path / f"folder{flag}"}', pretrained=True, pretrained_ema=bool(flag))
+        model = timm.create_model(f'local-dir:{tmp_path / f"folder{flag}"}', pretrained=True,
+                                  pretrained_ema=flag == ['--ema'])
         assert model.attn_types == ('relu',) * 4 and model.num_classes == TINY_MODEL['num_classes']
         assert model.state_dict().keys() == want.keys()
         assert all(torch.equal(v, want[k]) for k, v in model.state_dict().items())

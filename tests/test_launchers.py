@@ -1,6 +1,7 @@
 """tools/{dist,slurm}_{train,test}.sh build the commands mmdetection's and mmsegmentation's launchers build.
 
-`srun` and the Python that runs torch's elastic launcher are replaced by stubs that record their arguments.
+`srun` and the Python that runs torch's elastic launcher (`python3`, or `PYTHON`) are replaced by stubs that record
+their arguments.
 """
 import json
 import os
@@ -25,10 +26,11 @@ with open(os.environ['STUB_LOG'], 'a') as f:
 
 @pytest.fixture
 def stubs(tmp_path):
-    """A folder with `srun` and `python` stubs; returns a function that runs a launcher and gives the calls."""
+    """A folder with `srun`, `python3` and `my-python` stubs; returns a function that runs a launcher and gives the
+    calls."""
     bin_dir = tmp_path / 'bin'
     bin_dir.mkdir()
-    for name in ('srun', 'python'):
+    for name in ('srun', 'python3', 'my-python'):
         (bin_dir / name).write_text(RECORDER)
         (bin_dir / name).chmod(0o755)
     log = tmp_path / 'calls.jsonl'
@@ -52,7 +54,7 @@ def test_slurm_train_takes_work_dir_and_gpus_from_the_environment(stubs):
     assert call['argv'] == [
         '-p', 'gpu', '--job-name=upernet-t', '--gres=gpu:8', '--ntasks=16', '--ntasks-per-node=8',
         '--cpus-per-task=5', '--kill-on-bad-exit=1', '--quotatype=auto', '--exclusive',
-        'python', '-u', str(TOOLS / 'train.py'), CONFIG, '--work-dir=work_dirs/upernet-t', '--launcher=slurm', '--amp']
+        'python3', '-u', str(TOOLS / 'train.py'), CONFIG, '--work-dir=work_dirs/upernet-t', '--launcher=slurm', '--amp']
     assert call['pythonpath'].split(os.pathsep)[0] == str(ROOT)
 
 
@@ -80,14 +82,15 @@ def test_slurm_test(stubs):
     assert result.returncode == 0, result.stderr
     assert call['argv'] == [
         '-p', 'gpu', '--job-name=eval', '--gres=gpu:4', '--ntasks=4', '--ntasks-per-node=4', '--cpus-per-task=5',
-        '--kill-on-bad-exit=1', 'python', '-u', str(TOOLS / 'test.py'), CONFIG, 'ckpt.pth', '--launcher=slurm', '--tta']
+        '--kill-on-bad-exit=1', 'python3', '-u', str(TOOLS / 'test.py'), CONFIG, 'ckpt.pth', '--launcher=slurm',
+        '--tta']
 
 
 def test_dist_train_multi_node(stubs):
     result, [call] = stubs('dist_train.sh', CONFIG, '8', '--auto-scale-lr',
                            NNODES='2', NODE_RANK='1', MASTER_ADDR='10.1.1.1', PORT='29600')
     assert result.returncode == 0, result.stderr
-    assert call['program'] == 'python'
+    assert call['program'] == 'python3'
     assert call['argv'] == [
         '-m', 'torch.distributed.run', '--nnodes=2', '--node_rank=1', '--master_addr=10.1.1.1', '--nproc_per_node=8',
         '--master_port=29600', str(TOOLS / 'train.py'), CONFIG, '--launcher', 'pytorch', '--auto-scale-lr']
@@ -108,3 +111,15 @@ def test_dist_test_defaults(stubs):
 def test_missing_arguments_print_usage(stubs, script, args):
     result, calls = stubs(script, *args)
     assert result.returncode == 2 and not calls and result.stderr.startswith('usage:')
+
+
+@pytest.mark.parametrize('script, args', [('dist_train.sh', [CONFIG, '1']), ('dist_test.sh', [CONFIG, 'ckpt.pth', '1']),
+                                          ('slurm_train.sh', ['gpu', 'job', CONFIG]),
+                                          ('slurm_test.sh', ['gpu', 'job', CONFIG, 'ckpt.pth'])])
+def test_python_picks_the_interpreter(stubs, script, args):
+    result, [call] = stubs(script, *args, PYTHON='my-python')
+    assert result.returncode == 0, result.stderr
+    if script.startswith('dist'):
+        assert call['program'] == 'my-python' and call['argv'][:2] == ['-m', 'torch.distributed.run']
+    else:
+        assert call['program'] == 'srun' and 'my-python' in call['argv'] and 'python3' not in call['argv']

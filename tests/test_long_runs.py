@@ -9,33 +9,12 @@ from pathlib import Path
 
 import pytest
 import torch
-from PIL import Image, ImageDraw
+
+from tool_runs import write_imagefolder
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIG = str(ROOT / 'configs' / 'nalaformer' / 'nalaformer-pico_1xb64-10e_fashion-mnist-32px.py')
-COLOURS = [(230, 40, 40), (40, 200, 40), (40, 40, 230)]
 ITERS_PER_EPOCH = 6  # 3 classes x 12 images, batch 6
-
-
-def write_imagefolder(root: Path, corrupt_train=0, corrupt_val=0) -> dict:
-    """3 classes of coloured squares on noise (train 12 / val 4 per class, 40x40 PNG); the first
-    ``corrupt_*`` files of a split (over all classes) hold bytes no decoder reads. Returns the corrupt paths."""
-    g = torch.Generator().manual_seed(0)
-    corrupt = {'train': [], 'val': []}
-    for split, n, bad in (('train', 12, corrupt_train), ('val', 4, corrupt_val)):
-        for i in range(n):
-            for c, colour in enumerate(COLOURS):
-                path = root / split / f'class{c}' / f'{i}.png'
-                path.parent.mkdir(parents=True, exist_ok=True)
-                img = Image.fromarray((torch.rand(40, 40, 3, generator=g) * 80).byte().numpy())
-                x, y = torch.randint(0, 18, (2,), generator=g).tolist()
-                ImageDraw.Draw(img).rectangle([x, y, x + 20, y + 20], fill=colour)
-                if len(corrupt[split]) < bad:
-                    path.write_bytes(b'\x89PNG\r\n\x1a\n' + os.urandom(200))
-                    corrupt[split].append(str(path))
-                else:
-                    img.save(path)
-    return corrupt
 
 
 def options(data, epochs=3, workers=0, extra=()):
@@ -121,6 +100,10 @@ def test_sigterm_writes_an_iteration_checkpoint_that_resumes_exactly(data_with_t
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert f'--resume: continuing the run in {work} from {checkpoint}' in resumed.stdout
     assert re.search(r'CPU threads: 1 \(\d+ cores available, as requested', resumed.stdout)
+    # the preemption checkpoint joins the rotation (max_keep_ckpts=2): epoch_2.pth replaces it
+    assert not checkpoint.exists()
+    assert sorted(p.name for p in work.glob('epoch_*.pth')) == ['epoch_2.pth', 'epoch_3.pth']
+    assert f'deleted the preemption checkpoint {checkpoint}: epoch_2.pth is newer' in resumed.stdout
     for ref, res in zip(weights(reference / 'epoch_3.pth'), weights(work / 'epoch_3.pth')):
         assert ref.keys() == res.keys()
         for key in ref:

@@ -14,7 +14,7 @@ from PIL import Image
 import nalaformer.dense  # noqa: F401  (registers NaLaBackbone in mmseg)
 from nalaformer.dense import NaLaBackbone
 
-from tool_runs import run_script, train
+from tool_runs import run_script, scene, train, write_tiny_ade
 
 ROOT = Path(__file__).resolve().parents[1]
 UPERNET = ROOT / 'configs' / 'ade20k' / 'upernet_nalaformer-t_8xb2-160k_ade20k-512x512.py'
@@ -99,37 +99,10 @@ def test_frozen_stages_get_no_gradients():
 
 # ---------------------------------------------------------------- tiny datasets in the real folder layouts
 
-def _scene(g, height, width, num_labels):
-    """Noise with up to 3 coloured rectangles; the label map holds the rectangles' labels (1..num_labels)."""
-    image = (torch.rand(height, width, 3, generator=g) * 60).byte()
-    label = torch.zeros(height, width, dtype=torch.uint8)
-
-    def rand(low, high):
-        return int(torch.randint(low, high, (1,), generator=g))
-    for _ in range(3):
-        k, h, w = rand(1, num_labels + 1), rand(16, height // 2), rand(16, width // 2)
-        y, x = rand(0, height - h), rand(0, width - w)
-        image[y:y + h, x:x + w] = torch.tensor([40 * k % 256, 255 - 50 * k % 256, 90 * k % 256], dtype=torch.uint8)
-        label[y:y + h, x:x + w] = k
-    return Image.fromarray(image.numpy()), label
-
-
 @pytest.fixture(scope='module')
 def tiny_ade(tmp_path_factory):
-    """ADEChallengeData2016/images/{training,validation}/*.jpg + annotations/.../*.png, 72x96 images.
-
-    Annotations as ADE20K ships them: 0 = 'other' (ignored through reduce_zero_label), 1..150 = classes.
-    """
-    root = tmp_path_factory.mktemp('ade') / 'ADEChallengeData2016'
-    g = torch.Generator().manual_seed(0)
-    for split, n in (('training', 6), ('validation', 3)):
-        (root / 'images' / split).mkdir(parents=True)
-        (root / 'annotations' / split).mkdir(parents=True)
-        for i in range(n):
-            image, label = _scene(g, 72, 96, num_labels=4)
-            image.save(root / 'images' / split / f'ADE_{split[:5]}_{i:08d}.jpg')
-            Image.fromarray(label.numpy()).save(root / 'annotations' / split / f'ADE_{split[:5]}_{i:08d}.png')
-    return root
+    """ADEChallengeData2016/images/{training,validation}/*.jpg + annotations/.../*.png, 72x96 images."""
+    return write_tiny_ade(tmp_path_factory.mktemp('ade') / 'ADEChallengeData2016')
 
 
 @pytest.fixture(scope='module')
@@ -141,7 +114,7 @@ def tiny_cityscapes(tmp_path_factory):
         (root / 'leftImg8bit' / split / city).mkdir(parents=True)
         (root / 'gtFine' / split / city).mkdir(parents=True)
         for i in range(n):
-            image, label = _scene(g, 64, 128, num_labels=4)
+            image, label = scene(g, 64, 128, num_labels=4)
             stem = f'{city}_{i:06d}_000019'
             image.save(root / 'leftImg8bit' / split / city / f'{stem}_leftImg8bit.png')
             label[label == 0] = 255  # trainIds: 0..18, 255 = ignore

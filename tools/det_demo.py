@@ -1,6 +1,6 @@
 """Detect objects (and instance masks) in one image and save a picture of the predictions.
 
-    python tools/det_demo.py demo.jpg configs/coco/mask-rcnn_nalaformer-t_fpn_1x_coco.py \
+    python3 tools/det_demo.py demo.jpg configs/coco/mask-rcnn_nalaformer-t_fpn_1x_coco.py \
         work_dirs/mask-rcnn_nalaformer-t_fpn_1x_coco/epoch_12.pth --out demo_pred.png
 
 Use the config the checkpoint was trained with (tools/train.py saves it in the work dir); class

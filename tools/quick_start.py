@@ -1,6 +1,6 @@
 """Quick start: train a small NaLaFormer on real Fashion-MNIST, evaluate and export it (minutes on 2 CPU cores).
 
-    python tools/quick_start.py [--work-dir work_dirs/quick_start] [--data data/fashion-mnist]
+    python3 tools/quick_start.py [--work-dir work_dirs/quick_start] [--data data/fashion-mnist] [--out-json FILE]
 
 Every step is one of the project's tools, printed before it runs, so each can be repeated by hand:
 
@@ -14,16 +14,22 @@ Every step is one of the project's tools, printed before it runs, so each can be
 
 Running it again continues where it stopped and writes its outputs again. ``--work-dir`` must be new,
 empty or a quick start's (it holds the run's config); ``--data`` is written only where the converter may
-(absent, empty or its own earlier copy): other folders are left alone.
+(absent, empty or its own earlier copy): other folders are left alone. ``--out-json FILE`` also writes the
+result (top-1, the test metrics, this run's wall time, threads, date) as JSON (README's figure is
+docs/quick_start.json); it replaces only a file a quick start wrote, or any file with ``--overwrite``.
 """
 import argparse
+import datetime
 import json
+import os
 import shlex
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 from nalaformer.errors import DestinationError, run_tool
+from nalaformer.files import atomic_file, check_file_destination
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIG = ROOT / 'configs' / 'nalaformer' / 'nalaformer-pico_1xb64-10e_fashion-mnist-32px.py'
@@ -63,19 +69,35 @@ def is_prepared(data: Path) -> bool:
             and sum(1 for _ in data.glob('val/*/*.png')) == 10_000)
 
 
+def is_quick_start_json(path: Path) -> bool:
+    """``path`` is a result file an earlier quick start wrote (``--out-json`` may replace it)."""
+    try:
+        return json.loads(path.read_text()).get('tool') == 'tools/quick_start.py'
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
 def main(argv=None) -> int:
+    start = time.perf_counter()
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument('--work-dir', type=Path, default=ROOT / 'work_dirs' / 'quick_start')
     parser.add_argument('--data', type=Path, default=ROOT / 'data' / 'fashion-mnist',
                         help='ImageFolder copy of Fashion-MNIST (written on first use)')
     parser.add_argument('--src', type=Path, default=None, help='folder of the Fashion-MNIST IDX files '
                         '(default: where Debian installs them)')
+    parser.add_argument('--out-json', type=Path, metavar='FILE',
+                        help='also write the result (top-1, test metrics, wall time, threads, date) to FILE as JSON')
+    parser.add_argument('--overwrite', action='store_true', help='replace an --out-json file a quick start did not write')
     args = parser.parse_args(argv)
     work, data = args.work_dir.resolve(), args.data.resolve()
     python = sys.executable
     check_work_dir(work, data)
+    if args.out_json:
+        check_file_destination(args.out_json, args.overwrite, '--out-json', 'quick_start.json',
+                               replaceable=is_quick_start_json, kind='a quick start result')
 
-    if not is_prepared(data):
+    data_written = not is_prepared(data)
+    if data_written:
         step('prepare the data', python, ROOT / 'tools' / 'dataset_converters' / 'fashion_mnist_to_imagefolder.py',
              data, '--train-per-class', TRAIN_PER_CLASS, *(['--src', args.src] if args.src else []))
     roots = [f'{loader}.dataset.data_root={data}' for loader in ('train_dataloader', 'val_dataloader', 'test_dataloader')]
@@ -86,7 +108,8 @@ def main(argv=None) -> int:
     step('evaluate the checkpoint on the test split', python, ROOT / 'tools' / 'test.py', CONFIG, checkpoint,
          '--work-dir', work / 'test', '--out-json', metrics_file, '--overwrite', '--cfg-options', *roots)
     folder = work / 'timm_folder'
-    step('export it as a timm folder', python, ROOT / 'tools' / 'convert_checkpoint.py', checkpoint, folder)
+    step('export it as a timm folder', python, ROOT / 'tools' / 'convert_checkpoint.py', checkpoint, folder,
+         '--raw')  # the weights evaluated above
     images = sorted((data / 'val').glob('*/*.png'))[::1000][:8]  # one image of each of 8 classes
     plot = work / 'attention_entropy.png'
     step('attention entropy of the trained model', python, ROOT / 'tools' / 'analysis' / 'attention_entropy.py',
@@ -98,6 +121,15 @@ def main(argv=None) -> int:
                'timm folder': f'{folder}  (timm.create_model("local-dir:{folder}", pretrained=True) after import '
                               'nalaformer)',
                'logs': f'{work}  (tensorboard --logdir {work})', 'attention plot': plot, 'test metrics': metrics_file}
+    if args.out_json:
+        result = {'tool': 'tools/quick_start.py', 'config': str(CONFIG.relative_to(ROOT)), 'epochs': EPOCHS,
+                  'top1': top1, 'test_metrics': json.loads(metrics_file.read_text()),
+                  'wall_s': round(time.perf_counter() - start, 1), 'data_written': data_written,
+                  'omp_num_threads': os.environ.get('OMP_NUM_THREADS'), 'cores': os.cpu_count(),
+                  'date': datetime.date.today().isoformat()}
+        with atomic_file(args.out_json) as tmp:
+            tmp.write_text(json.dumps(result, indent=1) + '\n')
+        outputs['result'] = args.out_json
     print(f'\nFashion-MNIST test split, top-1: {top1:.2f}%')
     for name, value in outputs.items():
         print(f'{name + ":":18}{value}')

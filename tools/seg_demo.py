@@ -1,6 +1,6 @@
 """Segment one image with a trained segmentation model; save the image and the coloured overlay side by side.
 
-    python tools/seg_demo.py demo.jpg configs/ade20k/upernet_nalaformer-t_8xb2-160k_ade20k-512x512.py \\
+    python3 tools/seg_demo.py demo.jpg configs/ade20k/upernet_nalaformer-t_8xb2-160k_ade20k-512x512.py \\
         work_dirs/upernet_nalaformer-t_8xb2-160k_ade20k-512x512/best_mIoU_iter_160000.pth --out demo_seg.png
 """
 import sys

@@ -6,7 +6,7 @@
 #   GPUS=16 tools/slurm_test.sh PARTITION eval-t CONFIG CHECKPOINT --tta      # two nodes of 8 GPUs
 #
 # Environment: GPUS (8, the total), GPUS_PER_NODE (GPUS, at most 8), CPUS_PER_TASK (5), SRUN_ARGS (extra srun
-# arguments), PYTHON (python).
+# arguments), PYTHON (python3).
 set -euo pipefail
 if [ $# -lt 4 ]; then
     echo "usage: [GPUS=8] $0 PARTITION JOB_NAME CONFIG CHECKPOINT [tools/test.py options]" >&2
@@ -24,4 +24,4 @@ ROOT=$(cd "$(dirname "$0")/.." && pwd)
 PYTHONPATH="$ROOT:${PYTHONPATH:-}" exec srun -p "$PARTITION" --job-name="$JOB_NAME" \
     --gres=gpu:"$GPUS_PER_NODE" --ntasks="$GPUS" --ntasks-per-node="$GPUS_PER_NODE" \
     --cpus-per-task="${CPUS_PER_TASK:-5}" --kill-on-bad-exit=1 ${SRUN_ARGS:-} \
-    "${PYTHON:-python}" -u "$ROOT/tools/test.py" "$CONFIG" "$CHECKPOINT" --launcher=slurm "$@"
+    "${PYTHON:-python3}" -u "$ROOT/tools/test.py" "$CONFIG" "$CHECKPOINT" --launcher=slurm "$@"

@@ -6,7 +6,7 @@
 #   GPUS=16 tools/slurm_train.sh PARTITION upernet-t CONFIG work_dirs/upernet-t     # two nodes of 8 GPUs
 #
 # WORK_DIR: where logs and checkpoints go (default: work_dirs/<config name>). Environment: GPUS (8, the total),
-# GPUS_PER_NODE (GPUS, at most 8), CPUS_PER_TASK (5), SRUN_ARGS (extra srun arguments), PYTHON (python).
+# GPUS_PER_NODE (GPUS, at most 8), CPUS_PER_TASK (5), SRUN_ARGS (extra srun arguments), PYTHON (python3).
 set -euo pipefail
 if [ $# -lt 3 ]; then
     echo "usage: [GPUS=8] $0 PARTITION JOB_NAME CONFIG [WORK_DIR] [tools/train.py options]" >&2
@@ -33,5 +33,5 @@ ROOT=$(cd "$(dirname "$0")/.." && pwd)
 PYTHONPATH="$ROOT:${PYTHONPATH:-}" exec srun -p "$PARTITION" --job-name="$JOB_NAME" \
     --gres=gpu:"$GPUS_PER_NODE" --ntasks="$GPUS" --ntasks-per-node="$GPUS_PER_NODE" \
     --cpus-per-task="${CPUS_PER_TASK:-5}" --kill-on-bad-exit=1 ${SRUN_ARGS:-} \
-    "${PYTHON:-python}" -u "$ROOT/tools/train.py" "$CONFIG" ${WORK_DIR_ARGS[@]+"${WORK_DIR_ARGS[@]}"} \
+    "${PYTHON:-python3}" -u "$ROOT/tools/train.py" "$CONFIG" ${WORK_DIR_ARGS[@]+"${WORK_DIR_ARGS[@]}"} \
     --launcher=slurm "$@"

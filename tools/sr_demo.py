@@ -1,6 +1,6 @@
 """Upscale one image of any size with a trained super-resolution model.
 
-    python tools/sr_demo.py photo.png photo_x2.png --config configs/sr/nalasr-light_8xb16-500k_div2k-x2.py \\
+    python3 tools/sr_demo.py photo.png photo_x2.png --config configs/sr/nalasr-light_8xb16-500k_div2k-x2.py \\
         --checkpoint work_dirs/nalasr-light_8xb16-500k_div2k-x2/iter_500000.pth [--tile 200] [--overwrite]
 
 The whole image goes through the network at once unless --tile T is given: then tiles of T x T LR pixels

@@ -25,10 +25,11 @@ import numpy as np
 import nalaformer.engine  # noqa: F401
 from nalaformer.checkpoint import Checkpoint, load_checkpoint_into
 from nalaformer.engine.launch import (
-    apply_thread_policy, build_runner, check_dataset_files, finalize_config, load_config,
+    apply_thread_policy, build_runner, check_dataset_files, finalize_config, load_config, model_spec,
 )
 from nalaformer.engine.runner_options import add_runner_options
 from nalaformer.engine.sr_metrics import report_lines
+from nalaformer.engine.work_dir import check_work_dir
 from nalaformer.errors import ConfigError, run_tool
 from nalaformer.files import atomic_file, atomic_folder, check_file_destination, check_folder_destination
 
@@ -65,6 +66,7 @@ def trained_classes(checkpoint: Checkpoint):
 def main(argv=None):
     args = parse_args(argv)
     cfg = finalize_config(load_config(args.config, args.cfg_options), args.config, args.work_dir, args.launcher)
+    check_work_dir(cfg.work_dir, cfg)  # where the logs go
     if args.out_json:
         check_file_destination(args.out_json, args.overwrite, '--out-json', 'metrics.json',
                                inputs=(args.config, args.checkpoint))
@@ -74,21 +76,22 @@ def main(argv=None):
                               f'segmentation and detection configs have one)')
         check_folder_destination(args.show_dir, args.overwrite, '--show-dir')
     checkpoint = Checkpoint.read(args.checkpoint)
-    classification = cfg.model.get('type') == 'TimmClassifier'
-    single_model = classification or cfg.model.get('type') == 'SRModel'  # the model's kwargs sit under model.
+    spec = model_spec(cfg)  # which part of the config is the timm model
+    single_model = spec is not None and spec.prefix == 'model.'  # the wrapper is the whole model (no heads)
     if not (checkpoint.is_runner_checkpoint or single_model):
         raise ConfigError(f'{args.checkpoint} is not a checkpoint written by tools/train.py; for dense tasks load '
                           f'backbone weights through model.backbone.init_cfg and train/fine-tune first')
     # the weights come from the checkpoint alone: nothing the config would load on its own
     cfg.load_from = None
-    if classification:
-        cfg.model.pretrained = None
+    for option in spec.weight_options if spec is not None else ():
+        spec.part(cfg)[option] = None
     if args.tta:
         if not {'tta_model', 'tta_pipeline'} <= set(cfg):
             raise ConfigError('--tta: this config defines no tta_model and tta_pipeline')
         cfg.test_dataloader.dataset.pipeline = cfg.tta_pipeline
         cfg.model = dict(cfg.tta_model, module=cfg.model)
     check_dataset_files(cfg, ('test',), trained_classes(checkpoint), str(args.checkpoint))
+    threads = apply_thread_policy(cfg, args.threads)  # a bad thread count is named before anything is written
     # visualisations go to a folder beside --show-dir that replaces it when the evaluation completes
     with atomic_folder(args.show_dir) if args.show_dir else contextlib.nullcontext() as show_dir:
         if show_dir and cfg.default_hooks.visualization.type.endswith('SegVisualizationHook'):
@@ -98,12 +101,11 @@ def main(argv=None):
         elif show_dir:
             # absolute: mmdet's DetVisualizationHook joins a relative dir onto work_dir/timestamp at every iteration
             cfg.default_hooks.visualization.update(draw=True, test_out_dir=osp.abspath(show_dir))
-        threads = apply_thread_policy(cfg, args.threads)
         runner = build_runner(cfg)
         runner.logger.info(threads)
         load_checkpoint_into(runner.model, checkpoint, ema=args.ema,
                              accept_definition_change=args.accept_definition_change,
-                             cfg_prefix='model.' if single_model else 'model.backbone.')
+                             cfg_prefix=spec.prefix if spec is not None else 'model.')
         metrics = runner.test()
     print({k: round(float(v), 4) if isinstance(v, (float, np.floating)) else v for k, v in metrics.items()})
     for line in report_lines(metrics):  # super-resolution: one line per test set

@@ -4,6 +4,7 @@
     python tools/train.py CONFIG --resume                 # from the last checkpoint in the work dir
     python tools/train.py CONFIG --work-dir W --overwrite # a new run where W holds another run's checkpoints
     python tools/train.py CONFIG --amp --cfg-options train_dataloader.batch_size=64
+    python tools/train.py CONFIG --dry-run                # 3 iterations + a short validation on synthetic data (CPU)
     torchrun --nproc_per_node 8 tools/train.py CONFIG --launcher pytorch   (or tools/dist_train.sh)
 """
 import argparse
@@ -12,11 +13,13 @@ import warnings
 
 import nalaformer.engine  # noqa: F401  (registers models, datasets, hooks, metrics, runner)
 from nalaformer.engine import Preempted
+from nalaformer.engine.dry_run import DryRun
 from nalaformer.engine.launch import (
-    apply_amp, apply_thread_policy, build_runner, check_dataset_files, finalize_config, load_config,
+    apply_amp, apply_thread_policy, build_runner, check_dataset_files, check_starting_weights, finalize_config,
+    load_config,
 )
 from nalaformer.engine.runner_options import add_runner_options
-from nalaformer.engine.work_dir import prepare_work_dir
+from nalaformer.engine.work_dir import check_work_dir, prepare_work_dir
 from nalaformer.errors import ConfigError, run_tool
 
 
@@ -34,6 +37,12 @@ def parse_args(argv=None):
                         help='scale the lr by the total batch (processes x batch size x accumulation) / '
                              'auto_scale_lr.base_batch_size; the log says what it set')
     parser.add_argument('--wandb', metavar='PROJECT', help='also log to Weights & Biases (WANDB_MODE=offline works)')
+    parser.add_argument('--dry-run', action='store_true',
+                        help='before queueing a job: run the config as shipped for a few iterations and a short '
+                             'validation on synthetic data in its layout, on the CPU in a temporary folder (kept '
+                             'with --work-dir), and report the time per iteration and the peak memory')
+    parser.add_argument('--dry-run-iters', type=int, default=3, metavar='N',
+                        help='training iterations of --dry-run (default 3); it validates on as many batches, at most 2')
     add_runner_options(parser)
     return parser.parse_args(argv)
 
@@ -49,7 +58,17 @@ def add_wandb(cfg, project: str) -> None:
 
 def main(argv=None):
     args = parse_args(argv)
-    cfg = finalize_config(load_config(args.config, args.cfg_options), args.config, args.work_dir, args.launcher)
+    if not args.dry_run:
+        return train(args)
+    if args.resume or args.overwrite:
+        raise ConfigError('--dry-run starts a new run in a work dir of its own: leave out --resume and --overwrite')
+    with DryRun(args.config, args.work_dir, iters=args.dry_run_iters, val_iters=min(args.dry_run_iters, 2)) as dry_run:
+        return train(args, dry_run)
+
+
+def train(args, dry_run=None):
+    work_dir = dry_run.work_dir if dry_run else args.work_dir
+    cfg = finalize_config(load_config(args.config, args.cfg_options), args.config, work_dir, args.launcher)
     if args.amp:
         apply_amp(cfg, args.amp)
     if args.auto_scale_lr:
@@ -59,12 +78,20 @@ def main(argv=None):
         cfg.auto_scale_lr.enable = True
     if args.wandb:
         add_wandb(cfg, args.wandb)
+    if dry_run:
+        dry_run.rewrite(cfg)  # small batches, few iterations, synthetic data written in the config's layout
+    check_work_dir(cfg.work_dir, cfg)  # a folder the run can write: named before the data are read
     check_dataset_files(cfg, ('train', 'val'))
+    check_starting_weights(cfg)  # pretrained / init_cfg / load_from: named by their config key
+    threads = apply_thread_policy(cfg, args.threads)  # a bad thread count is a config mistake: named before
     prepare_work_dir(cfg, args.config, args.resume, args.overwrite)  # last check: with --overwrite it deletes
-    threads = apply_thread_policy(cfg, args.threads)
     runner = build_runner(cfg)
     runner.logger.info(threads)
+    if dry_run:
+        dry_run.attach(runner)
     runner.train()
+    if dry_run:
+        dry_run.finish()
 
 
 if __name__ == '__main__':

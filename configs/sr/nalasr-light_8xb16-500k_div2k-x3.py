@@ -13,3 +13,5 @@ model = dict(upscale=scale)
 train_dataloader = dict(dataset=dict(scale=scale))
 val_dataloader = dict(dataset=dict(scale=scale, sets=['Set14']))  # the x3 file validates on Set14
 test_dataloader = dict(dataset=dict(scale=scale))
+# BasicSR's save_best: the checkpoint of the best validation PSNR is kept (best_Set14_PSNR_iter_N.pth)
+default_hooks = dict(checkpoint=dict(save_best='Set14/PSNR', rule='greater'))

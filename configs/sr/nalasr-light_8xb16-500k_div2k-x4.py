@@ -15,3 +15,5 @@ model = dict(upscale=scale)
 train_dataloader = dict(dataset=dict(scale=scale))
 val_dataloader = dict(dataset=dict(scale=scale, sets=['Set5']))  # the x4 file validates on Set5
 test_dataloader = dict(dataset=dict(scale=scale))
+# BasicSR's save_best: the checkpoint of the best validation PSNR is kept (best_Set5_PSNR_iter_N.pth)
+default_hooks = dict(checkpoint=dict(save_best='Set5/PSNR', rule='greater'))

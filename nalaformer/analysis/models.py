@@ -98,12 +98,17 @@ def check_model_name(name: str):
 
 
 def _spec_from_config(path: Path) -> ModelSpec:
-    """The timm model of a config: ``model`` or ``model['backbone']`` naming one in a :data:`NAME_KEYS` entry, with
-    the entries of that dict the model takes (:func:`model_parameters`); the others are the wrapper's (e.g.
-    ``pretrained``, ``mixup``, ``out_indices``)."""
+    """The timm model of a config: where a task wrapper of this project builds it, the wrapper's answer
+    (:func:`nalaformer.engine.launch.model_spec`, the one seam every command asks); in other configs
+    (mmpretrain's TIMMBackbone, a bare timm ``type``), ``model`` or ``model['backbone']`` naming one in a
+    :data:`NAME_KEYS` entry, with the entries of that dict the model takes (:func:`model_parameters`)."""
     if not path.is_file():
         raise ModelSpecError(f'config file {path} does not exist')
-    model_cfg = _read_config_model(path)
+    model_cfg, spec = _read_config_model(path)
+    if spec is not None:
+        check_model_name(spec.name)
+        part = '' if spec.prefix == 'model.' else ' (backbone only)'
+        return ModelSpec(spec.name, dict(spec.kwargs), f'{path.name}: {spec.name}{part}')
     for candidate in (model_cfg, model_cfg.get('backbone')):
         if not isinstance(candidate, dict):
             continue
@@ -119,7 +124,8 @@ def _spec_from_config(path: Path) -> ModelSpec:
         f'(got {model_cfg!r:.200})')
 
 
-def _read_config_model(path: Path) -> dict:
+def _read_config_model(path: Path):
+    """The config's ``model`` dict and, when mmengine can read the config, its timm model spec (or None)."""
     try:
         from mmengine.config import Config
     except ImportError:
@@ -128,12 +134,15 @@ def _read_config_model(path: Path) -> dict:
             raise ModelSpecError(
                 f'{path} inherits _base_ files; reading it needs mmengine (pip install mmengine), '
                 f'or pass the timm model name instead') from None
-        model = namespace.get('model')
+        model, spec = namespace.get('model'), None
     else:
-        model = Config.fromfile(str(path)).to_dict().get('model')
+        from ..engine.launch import model_spec
+        cfg = Config.fromfile(str(path))
+        model = cfg.to_dict().get('model')
+        spec = model_spec(cfg) if isinstance(model, dict) else None
     if not isinstance(model, dict):
         raise ModelSpecError(f'{path} has no `model = dict(type=..., ...)` entry')
-    return dict(model)
+    return dict(model), spec
 
 
 @lru_cache(maxsize=None)

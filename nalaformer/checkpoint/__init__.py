@@ -13,11 +13,12 @@ from .errors import (
     NotResumableError,
 )
 from .loading import (
-    check_recorded_definitions, check_state_dict_fits, load_checkpoint_into, loading_options, pretrained_kwargs,
+    LoadReport, check_checkpoint_file, check_recorded_definitions, check_starting_weights, check_state_dict_fits,
+    config_key_error, load_checkpoint_into, load_starting_weights, loading_options, pretrained_kwargs,
     pretrained_options, pretrained_weights,
 )
 from .reading import (
-    EMA_KEYS, TIMM_FOLDER_WEIGHTS, WEIGHT_KEYS, Checkpoint, is_converted_file, is_timm_folder,
+    EMA_KEYS, ORIGIN_KEY, TIMM_FOLDER_WEIGHTS, WEIGHT_KEYS, Checkpoint, is_converted_file, is_timm_folder,
     newest_readable_checkpoint, read_checkpoint, strip_wrapper_prefixes,
 )
 from .writing import save_state_dict

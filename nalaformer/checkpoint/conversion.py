@@ -6,6 +6,7 @@ a family about a file that records no model: the release's ``.pth`` is NaLaForme
 this module. Destinations are checked before anything is read and written atomically.
 """
 from pathlib import Path
+from typing import Optional
 
 from ..errors import DestinationError
 from ..files import atomic_folder, check_file_destination, check_folder_destination, same_path
@@ -70,19 +71,28 @@ def check_conversion_destination(src: PathLike, dst: PathLike, overwrite: bool =
                                  kind='a timm model folder')
 
 
-def convert_checkpoint(src: PathLike, dst: PathLike, ema: bool = False, overwrite: bool = False) -> str:
+def convert_checkpoint(src: PathLike, dst: PathLike, ema: Optional[bool] = None, overwrite: bool = False) -> str:
     """Convert any checkpoint of ours or the release's (or a timm folder) to ``.pth``, ``.safetensors`` or,
-    for a destination without a suffix, a timm hub folder; returns what it holds.
+    for a destination without a suffix, a timm hub folder; returns what it wrote: which weights (EMA or raw, of
+    which run checkpoint) and of which model.
 
-    Runner checkpoints (raw or ``ema``) give the weights of their timm model; the definition is kept. A
-    file that records no definition (the release's) becomes, as a folder, the release's hybrid model.
-    The destination is checked first (:func:`check_conversion_destination`) and written atomically.
+    Runner checkpoints give the weights of their timm model: ``ema=None`` takes the EMA weights where the run kept
+    them (what the release evaluates) and the raw weights otherwise, ``ema=True`` / ``False`` asks for one of them
+    (EMA weights that are absent are an error). The definition is kept, and so
+    is which weights they are (:meth:`~nalaformer.checkpoint.reading.Checkpoint.weights_origin`), so that whatever
+    starts from the file logs it. A file that records no definition (the release's) becomes, as a folder, the
+    release's hybrid model. The destination is checked first (:func:`check_conversion_destination`) and written
+    atomically.
     """
     check_conversion_destination(src, dst, overwrite)
-    state_dict, recorded = Checkpoint.read(src).model_weights(ema)  # read once, own keys
+    checkpoint = Checkpoint.read(src)
+    if ema is None:
+        ema = checkpoint.has_ema
+    state_dict, recorded = checkpoint.model_weights(ema)  # read once, own keys
+    origin = checkpoint.weights_origin(ema)
     definition = {k: v for k, v in recorded.items() if k != 'module'} if recorded else None
     if Path(dst).suffix:
-        save_state_dict(state_dict, dst, definition)
+        save_state_dict(state_dict, dst, definition, origin)
     else:
         if recorded and recorded['module'].startswith('backbone'):
             raise CheckpointError(f'{src} is a dense-task run: it holds a backbone, not the classification model a '
@@ -93,11 +103,12 @@ def convert_checkpoint(src: PathLike, dst: PathLike, ema: bool = False, overwrit
             except CheckpointError as e:
                 raise CheckpointError(f'{src} records no model definition and {e}; a timm folder needs the '
                                       f'model: convert a checkpoint this project wrote (it records its model)') from None
-        save_timm_folder(state_dict, definition, dst, ema, overwrite)
+        save_timm_folder(state_dict, definition, dst, origin['ema'], overwrite)
+    weights = checkpoint.describe_weights(ema)
     try:
         described = NaLaFormer.architecture_of(state_dict)
     except CheckpointError:  # another family (NaLa-Swin, NaLa-SR): its definition says what it is
         described = f'{len(state_dict)} tensors'
-    if definition is None:
-        return described
-    return f'{describe_definition(definition["architecture"], definition["model_args"])}, {described}'
+    if definition is not None:
+        described = f'{describe_definition(definition["architecture"], definition["model_args"])}, {described}'
+    return f'{weights}; {described}'

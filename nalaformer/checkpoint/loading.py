@@ -9,16 +9,19 @@ reading and these loading helpers.
 """
 import contextlib
 import contextvars
-from typing import Iterator, Optional, Tuple, Union
+import warnings
+from dataclasses import dataclass
+from typing import Iterator, Optional, Sequence, Tuple, Union
 
 import torch.nn as nn
 
 from .definitions import check_definition, definition_modules, unwrap
-from .errors import CheckpointError
+from .errors import CheckpointError, MissingCheckpointError
 from .reading import Checkpoint, PathLike, StateDict, strip_wrapper_prefixes
 
 __all__ = ['check_state_dict_fits', 'check_recorded_definitions', 'load_checkpoint_into', 'loading_options',
-           'pretrained_options', 'pretrained_weights', 'pretrained_kwargs']
+           'pretrained_options', 'pretrained_weights', 'pretrained_kwargs', 'LoadReport', 'load_starting_weights',
+           'check_starting_weights', 'check_checkpoint_file', 'config_key_error']
 
 
 def check_state_dict_fits(model: nn.Module, state_dict: StateDict) -> None:
@@ -148,3 +151,89 @@ def pretrained_kwargs(variant: str, kwargs: dict) -> Tuple[dict, dict]:
         overlay['state_dict'] = strip_wrapper_prefixes(overlay['state_dict'])
     overlay.setdefault('custom_load', bool(overlay.get('file')))
     return {**kwargs, 'pretrained_cfg_overlay': overlay}, options
+
+
+# ---------------------------------------------------------------- starting a run from pretrained weights
+
+def _examples(keys: Sequence[str], at_most: int = 5) -> str:
+    return f' ({", ".join(keys[:at_most])}{", ..." if len(keys) > at_most else ""})' if keys else ''
+
+
+@dataclass(frozen=True)
+class LoadReport:
+    """What a model took from the checkpoint it starts from: the file, which weights (EMA or raw, of which run
+    checkpoint), and how many of the model's keys it filled; :meth:`line` is the one log line of every start."""
+    key: str
+    path: str
+    weights: str
+    matched: int
+    missing: Tuple[str, ...]
+    unexpected: Tuple[str, ...]
+
+    def line(self) -> str:
+        return (f'{self.key}: loaded {self.path} ({self.weights}): {self.matched} keys matched, '
+                f'{len(self.missing)} missing{_examples(self.missing)}, '
+                f'{len(self.unexpected)} unexpected{_examples(self.unexpected)}')
+
+
+def config_key_error(error: CheckpointError, key: str, path: PathLike) -> CheckpointError:
+    """``error`` (same type) as one line that starts with the config ``key`` naming the file and says how to set it:
+    a missing file also how to write one from a training run (docs/journey.md)."""
+    if isinstance(error, MissingCheckpointError):
+        advice = (f'write it from an ImageNet run with python3 tools/convert_checkpoint.py '
+                  f'work_dirs/<config>/epoch_<N>.pth {path} (docs/journey.md), or set --cfg-options {key}=PATH')
+    else:
+        advice = f'set --cfg-options {key}=PATH to a checkpoint of this model'
+    return type(error)(f'{key}: {error}; {advice}')
+
+
+def _enter(model: nn.Module, checkpoint: Checkpoint, ema: bool, accept_definition_change: bool, cfg_prefix: str):
+    """The checkpoint's weights (raw or EMA) handed to ``model``'s family (its layout and variant check) once,
+    after the definition check; ``load_state_dict``'s result."""
+    state_dict, definition = checkpoint.model_weights(ema)
+    check_definition(definition, model, accept_definition_change, str(checkpoint.path), cfg_prefix)
+    return model.load_weights(state_dict, str(checkpoint.path))
+
+
+def load_starting_weights(model: nn.Module, path: PathLike, key: str, ema: bool = False,
+                          accept_definition_change: bool = False, cfg_prefix: str = 'model.') -> LoadReport:
+    """Load the weights a run starts from (a model's ``pretrained``, a backbone's ``init_cfg``) into ``model``, a
+    timm model of this project: the file read once, raw or ``ema`` weights, the definition checked (overrides named
+    under ``cfg_prefix``), the family's layout applied. A checkpoint error names the config ``key``
+    (:func:`config_key_error`). Returns what was loaded."""
+    checkpoint = check_checkpoint_file(path, key)
+    try:
+        result = _enter(model, checkpoint, ema, accept_definition_change, cfg_prefix)
+    except CheckpointError as e:
+        raise config_key_error(e, key, path) from None
+    return LoadReport(key, str(path), checkpoint.describe_weights(ema),
+                      len(model.state_dict()) - len(result.missing_keys), tuple(result.missing_keys),
+                      tuple(result.unexpected_keys))
+
+
+def check_checkpoint_file(path: PathLike, key: str) -> Checkpoint:
+    """The checkpoint at ``path`` (config ``key``), read; a missing file or one that is no checkpoint raises the
+    checkpoint error naming ``key``."""
+    try:
+        if not path:
+            raise MissingCheckpointError('no checkpoint is given')
+        return Checkpoint.read(path)
+    except CheckpointError as e:
+        raise config_key_error(e, key, path) from None
+
+
+def check_starting_weights(model: nn.Module, path: PathLike, key: str, ema: bool = False,
+                           accept_definition_change: bool = False, cfg_prefix: str = 'model.') -> None:
+    """Before a run writes anything: the file at config ``key`` exists, is a checkpoint, holds the weights asked
+    for, records a definition ``model`` computes and, for a model of this project (``load_weights``), fits its
+    variant. ``model`` is built on the meta device: loading into it checks shapes and keys and copies nothing.
+    Errors as :func:`load_starting_weights`'."""
+    checkpoint = check_checkpoint_file(path, key)
+    if not hasattr(model, 'load_weights'):  # another timm model: timm's loader checks it when the run starts
+        return
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter('ignore')  # torch warns that copying into a meta tensor does nothing
+            _enter(model, checkpoint, ema, accept_definition_change, cfg_prefix)
+    except CheckpointError as e:
+        raise config_key_error(e, key, path) from None

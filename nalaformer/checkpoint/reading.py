@@ -8,7 +8,8 @@
   checkpoints too: their definition is the folder's ``architecture`` and ``model_args``.
 * Weights: the raw weights are the first of :data:`WEIGHT_KEYS` (or the file's own tensors), the EMA
   weights the first of :data:`EMA_KEYS`. Asking for EMA weights from a file without them is an error; it
-  never falls back to the raw weights.
+  never falls back to the raw weights. A converted file or timm folder records which weights it holds
+  (:data:`ORIGIN_KEY`): one converted from EMA weights gives them for either choice.
 """
 import argparse
 import json
@@ -24,7 +25,7 @@ import torch
 from .errors import CheckpointError, CorruptCheckpointError, MissingCheckpointError, NotACheckpointError
 
 __all__ = ['Checkpoint', 'PathLike', 'StateDict', 'WEIGHT_KEYS', 'EMA_KEYS', 'DEFINITIONS_KEY', 'TIMM_FOLDER_WEIGHTS',
-           'EMA_FLAG', 'is_timm_folder', 'is_converted_file', 'read_checkpoint', 'strip_wrapper_prefixes',
+           'EMA_FLAG', 'ORIGIN_KEY', 'is_timm_folder', 'is_converted_file', 'read_checkpoint', 'strip_wrapper_prefixes',
            'newest_readable_checkpoint']
 
 PathLike = Union[str, os.PathLike]
@@ -43,6 +44,8 @@ _WRAPPER_PREFIXES = re.compile(r'^(module\.|_orig_mod\.|backbone\.|model\.)+')
 TIMM_FOLDER_WEIGHTS = ('model.safetensors', 'pytorch_model.bin')
 # config.json entry of our folders saying whether the weights are a run's EMA weights.
 EMA_FLAG = 'ema'
+# Where converted files record which weights they hold: {'ema': EMA or raw, 'source': the checkpoint they came from}.
+ORIGIN_KEY = 'weights_origin'
 
 
 def is_timm_folder(path: PathLike) -> bool:
@@ -72,7 +75,7 @@ def is_converted_file(path: PathLike) -> bool:
     except Exception:  # unreadable in any way: not a file written here
         return False
     return (isinstance(content, dict) and set(content) == {'model', 'meta'} and isinstance(content['meta'], dict)
-            and set(content['meta']) == {DEFINITIONS_KEY})
+            and DEFINITIONS_KEY in content['meta'] and set(content['meta']) <= {DEFINITIONS_KEY, ORIGIN_KEY})
 
 
 def _load_folder(path: Path) -> dict:
@@ -95,7 +98,8 @@ def _load_folder(path: Path) -> dict:
                                   f'"architecture" and one of {TIMM_FOLDER_WEIGHTS}')
     tensors = Checkpoint(weights_file, _load_file(weights_file)).weights()
     definition = dict(module='', architecture=config['architecture'], model_args=config.get('model_args') or {})
-    content = {'model': tensors, 'meta': {DEFINITIONS_KEY: [definition]}}
+    origin = {'ema': bool(config.get(EMA_FLAG))}
+    content = {'model': tensors, 'meta': {DEFINITIONS_KEY: [definition], ORIGIN_KEY: origin}}
     if config.get(EMA_FLAG):
         content['model_ema'] = tensors
     return content
@@ -175,8 +179,8 @@ def _load_file(path: Path) -> dict:
         except (SafetensorError, OSError, ValueError) as e:
             raise NotACheckpointError(f'{path} is not a checkpoint: not a readable safetensors file (corrupt or '
                                       f'truncated?): {e}') from e
-        definitions = json.loads(metadata[DEFINITIONS_KEY]) if DEFINITIONS_KEY in metadata else []
-        return {'model': tensors, 'meta': {DEFINITIONS_KEY: definitions}}
+        meta = {key: json.loads(metadata[key]) for key in (DEFINITIONS_KEY, ORIGIN_KEY) if key in metadata}
+        return {'model': tensors, 'meta': {DEFINITIONS_KEY: [], **meta}}
     try:
         with torch.serialization.safe_globals([argparse.Namespace]):
             content = torch.load(path, map_location='cpu', weights_only=True)
@@ -226,6 +230,9 @@ class Checkpoint:
         path = Path(path)
         return cls(path, _load_file(path))
 
+    def __str__(self) -> str:
+        return str(self.path)
+
     @property
     def is_runner_checkpoint(self) -> bool:
         """Written by an mmengine runner (tools/train.py): keys are those of the runner's model."""
@@ -237,6 +244,33 @@ class Checkpoint:
         meta = self.content.get('meta')
         return list(meta.get(DEFINITIONS_KEY) or []) if isinstance(meta, dict) else []
 
+    @property
+    def origin(self) -> dict:
+        """What a converted file or timm folder records about its weights (``{'ema': bool, 'source': path}``;
+        either may be absent); ``{}`` for any other file."""
+        meta = self.content.get('meta')
+        origin = meta.get(ORIGIN_KEY) if isinstance(meta, dict) else None
+        return origin if isinstance(origin, dict) else {}
+
+    @property
+    def has_ema(self) -> bool:
+        """The file holds EMA weights (under one of :data:`EMA_KEYS`, or converted from them)."""
+        return any(isinstance(self.content.get(key), dict) for key in EMA_KEYS) or bool(self.origin.get('ema'))
+
+    def weights_origin(self, ema: bool = False) -> dict:
+        """Which weights :meth:`weights` gives: ``{'ema': True for a run's EMA weights, 'source': the checkpoint
+        training wrote them in}`` (a converted file names the run checkpoint it came from)."""
+        return {'ema': bool(ema or self.origin.get('ema')), 'source': str(self.origin.get('source') or self.path)}
+
+    def describe_weights(self, ema: bool = False) -> str:
+        """'EMA weights of RUN_CHECKPOINT' or 'raw weights of ...' (:meth:`weights_origin`), with a note when raw
+        weights are taken from a file that also holds EMA weights."""
+        origin = self.weights_origin(ema)
+        text = f'{"EMA" if origin["ema"] else "raw"} weights of {origin["source"]}'
+        if not origin['ema'] and self.has_ema:
+            text += ', not the EMA weights it also holds'
+        return text
+
     def _keys(self) -> List[str]:
         return sorted(map(str, self.content))[:20]
 
@@ -247,6 +281,8 @@ class Checkpoint:
                 if isinstance(self.content.get(key), dict):
                     state_dict = _tensors(self.content[key])
                     return _mmengine_ema(state_dict) if key == 'ema_state_dict' else state_dict
+            if self.origin.get('ema'):  # converted from EMA weights: they are the file's weights
+                return self.weights()
             raise CheckpointError(
                 f'{self.path} has no EMA weights (looked for {", ".join(EMA_KEYS)}); its top-level keys are '
                 f'{self._keys()}. Evaluate or convert its raw weights without --ema / ema=True, or train with '

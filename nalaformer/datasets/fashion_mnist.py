@@ -1,6 +1,5 @@
 """Fashion-MNIST from its IDX files (Debian's ``dataset-fashion-mnist`` installs them)."""
 import gzip
-import json
 from pathlib import Path
 from typing import Dict, Optional, Sequence, Tuple
 
@@ -9,37 +8,12 @@ from PIL import Image
 from tqdm import tqdm
 
 from ..errors import DatasetError
-from ..files import atomic_folder, check_folder_destination
+from ..files import atomic_folder
+from .written import check_dataset_destination, write_marker
 
 CLASSES = ('t-shirt', 'trouser', 'pullover', 'dress', 'coat', 'sandal', 'shirt', 'sneaker', 'bag', 'ankle-boot')
 DEFAULT_SRC = '/usr/share/datasets/fashion-mnist'
 _FILE_PREFIX = {'train': 'train', 'test': 't10k'}
-# Written into every dataset folder made here: what wrote it and how many images each split holds, so that
-# it can be written again (replaced) while a folder with anything else in it is left alone.
-MARKER = 'nalaformer_dataset.json'
-
-
-def is_written_dataset(folder: Path) -> bool:
-    """``folder`` is a dataset written here, unchanged: its marker, its splits and nothing else, each split
-    holding the number of images the marker records."""
-    try:
-        written = json.loads((folder / MARKER).read_text())['images']
-    except (OSError, ValueError, KeyError, TypeError):
-        return False
-    if {p.name for p in folder.iterdir()} != {MARKER, *written}:
-        return False
-    return all(sum(1 for p in (folder / split).rglob('*') if p.is_file()) == n for split, n in written.items())
-
-
-def _write_marker(folder: Path, writer: str, written: Dict[str, int]) -> None:
-    (folder / MARKER).write_text(json.dumps({'writer': writer, 'images': written}, indent=1) + '\n')
-
-
-def check_dataset_destination(out, overwrite: bool = False) -> Path:
-    """``out`` may be written: absent, empty, a dataset written here earlier, or anything with ``overwrite``."""
-    return check_folder_destination(out, overwrite, 'the output folder', replaceable=is_written_dataset,
-                                    kind=f'a dataset written by nalaformer.datasets as it was written (its {MARKER} '
-                                         f'records what it holds)')
 
 
 def _read_idx(path: Path) -> np.ndarray:
@@ -80,7 +54,7 @@ def write_imagefolder(out, src=DEFAULT_SRC, train_per_class: Optional[int] = 600
             for i in tqdm(chosen, desc=f'Fashion-MNIST {split} -> {out / split}', unit='img'):
                 Image.fromarray(images[i]).save(tmp / split / CLASSES[labels[i]] / f'{i:05d}.png')
             written[split] = len(chosen)
-        _write_marker(tmp, 'nalaformer.datasets.write_imagefolder (Fashion-MNIST)', written)
+        write_marker(tmp, 'nalaformer.datasets.write_imagefolder (Fashion-MNIST)', written)
     return written
 
 
@@ -121,5 +95,5 @@ def write_brightest_of_four(out, src: Optional[str] = None, train_per_class: int
                         tmp / split / name / f'{j:05d}.png')
                     count += 1
             written[split] = count
-        _write_marker(tmp, 'nalaformer.datasets.write_brightest_of_four', written)
+        write_marker(tmp, 'nalaformer.datasets.write_brightest_of_four', written)
     return written

@@ -1,6 +1,5 @@
 """One backbone wrapper for dense prediction (mmsegmentation, mmdetection) around our timm models."""
 import logging
-import os.path as osp
 from typing import Optional, Sequence, Tuple, Union
 
 import timm
@@ -10,6 +9,8 @@ from mmengine.logging import print_log
 from mmengine.model import BaseModule
 from torch.nn.modules.batchnorm import _BatchNorm
 
+from ..checkpoint import check_starting_weights, load_starting_weights
+from ..engine.model_spec import TimmModelSpec
 from ..models.layers import LayerNorm2d
 
 
@@ -24,11 +25,14 @@ class NaLaBackbone(BaseModule):
         with_cp: gradient checkpointing in every stage: True (whole blocks) or ``'selective'`` (all but the
             matrix products, see ``NaLaFormer.set_grad_checkpointing``).
         out_norms: a LayerNorm on each output (detection/segmentation heads expect normalised maps).
-        init_cfg: ``dict(type='Pretrained', checkpoint=PATH)`` loads an ImageNet checkpoint of ours,
-            the release's, a ``.safetensors`` or a dense-task checkpoint; the classifier is dropped and
-            missing/unexpected keys are reported. ``ema=True`` takes its EMA weights (an error if it has
-            none); ``accept_definition_change=True`` accepts a checkpoint recorded with other
-            ``attn_types`` / ``kernel_kwargs`` (otherwise an error naming both).
+        init_cfg: ``dict(type='Pretrained', checkpoint=PATH)`` loads an ImageNet checkpoint: the file
+            ``tools/convert_checkpoint.py RUN/epoch_N.pth PATH --ema`` writes (docs/journey.md), a runner
+            checkpoint, the release's, a ``.safetensors``, a timm folder or a dense-task checkpoint; the
+            classifier is dropped. One log line names the file, EMA or raw weights and the keys matched /
+            missing / unexpected. ``ema=True`` takes a runner checkpoint's EMA weights (an error if it has
+            none; a file converted with ``--ema`` holds them already); ``accept_definition_change=True``
+            accepts a checkpoint recorded with other ``attn_types`` / ``kernel_kwargs`` (otherwise an error
+            naming both).
         **model_kwargs: the model's own arguments (drop_path_rate, attn_types, embed_dims, ...).
 
     ``forward(x)``: (B, C, H, W), any H, W -> tuple of (B, C_i, ceil(H/s_i), ceil(W/s_i)).
@@ -47,6 +51,27 @@ class NaLaBackbone(BaseModule):
         channels = self.model.feature_info.channels()
         self.norms = nn.ModuleList(LayerNorm2d(c) for c in channels) if out_norms else None
         self._freeze_stages()
+
+    @classmethod
+    def timm_model_spec(cls, model_cfg: dict, prefix: str = 'model.backbone.') -> TimmModelSpec:
+        """The timm model a config dict of this class builds (:mod:`nalaformer.engine.model_spec`): the whole
+        network, whose features the backbone takes (its weights sit in the features-only layout)."""
+        return TimmModelSpec.of_wrapper(cls, model_cfg, prefix, model_cfg.get('arch', 'nalaformer_t'),
+                                        weight_options=('init_cfg',))
+
+    @classmethod
+    def check_starting_weights(cls, model_cfg: dict, prefix: str = 'model.backbone.') -> None:
+        """Before a run writes anything (``tools/train.py``): a Pretrained ``init_cfg`` names a checkpoint that exists
+        and fits the backbone this config dict builds (on the meta device); the error names
+        ``<prefix>init_cfg.checkpoint``."""
+        init_cfg = model_cfg.get('init_cfg')
+        if not (isinstance(init_cfg, dict) and init_cfg.get('type') == 'Pretrained'):
+            return
+        kwargs = {k: v for k, v in model_cfg.items() if k not in ('type', '_scope_', 'init_cfg')}
+        with torch.device('meta'):
+            network = cls(**kwargs).model.model
+        check_starting_weights(network, init_cfg.get('checkpoint'), f'{prefix}init_cfg.checkpoint',
+                               init_cfg.get('ema', False), init_cfg.get('accept_definition_change', False), prefix)
 
     @property
     def stage_modules(self) -> list:
@@ -74,15 +99,12 @@ class NaLaBackbone(BaseModule):
     def init_weights(self) -> None:
         if not (self.init_cfg and self.init_cfg.get('type') == 'Pretrained'):
             return super().init_weights()
-        path = self.init_cfg['checkpoint']
-        if not osp.exists(path):
-            raise FileNotFoundError(
-                f'backbone checkpoint {path} does not exist: put ImageNet weights there (ours or the release\'s) or '
-                f'set --cfg-options model.backbone.init_cfg.checkpoint=PATH (model.backbone.init_cfg=None: no weights)')
-        self.model.model.load_pretrained(  # the model's own safe loader and checkpoint filter
-            path, ema=self.init_cfg.get('ema', False),
-            accept_definition_change=self.init_cfg.get('accept_definition_change', False))
-        print_log(f'loaded backbone weights from {path}', logger='current', level=logging.INFO)
+        report = load_starting_weights(  # the model's own safe loading and checkpoint layout
+            self.model.model, self.init_cfg['checkpoint'], 'model.backbone.init_cfg.checkpoint',
+            ema=self.init_cfg.get('ema', False),
+            accept_definition_change=self.init_cfg.get('accept_definition_change', False),
+            cfg_prefix='model.backbone.')
+        print_log(report.line(), logger='current', level=logging.INFO)
         self._is_init = True
 
     def forward(self, x: torch.Tensor) -> Tuple[torch.Tensor, ...]:

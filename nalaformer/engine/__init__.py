@@ -5,6 +5,7 @@ mmengine's own; data augmentation, Mixup/CutMix and losses are timm's.
 """
 from .checkpoint import NaLaRunner, ResumableCheckpointHook
 from .classifier import TimmClassifier
+from .containment import ContainedCheckpointHook
 from .data import ImageFolderDataset, RepeatAugSampler, UnreadableImageHook
 from .guard import DivergenceError, NonFiniteGuardHook
 from .loops import ResumableEpochBasedTrainLoop, ResumableIterBasedTrainLoop

@@ -27,6 +27,7 @@ from ..checkpoint import (
     newest_readable_checkpoint,
 )
 from ..files import atomic_file, same_path
+from .containment import contained_checkpoint_hook
 from .loops import capture_rng
 
 # mmengine's loops -> the ones that resume from any iteration (nalaformer.engine.loops)
@@ -114,7 +115,8 @@ def check_resumable(filename: str) -> dict:
 class NaLaRunner(Runner):
     """mmengine's Runner whose checkpoints are atomic (temporary file, then rename), record the
     definitions of the project's models (``meta.model_definitions``) and every rank's random-number
-    state (``meta.rng_states``), are checked against the definitions on load, and whose training loops
+    state (``meta.rng_states``), are checked against the definitions on load, are deleted only inside the work
+    dir (:class:`~nalaformer.engine.containment.ContainedCheckpointHook`), and whose training loops
     resume from any iteration (:mod:`nalaformer.engine.loops`); its ``auto_scale_lr`` counts gradient
     accumulation in the total batch and logs what it set."""
 
@@ -134,6 +136,11 @@ class NaLaRunner(Runner):
             path = osp.join(self.log_dir, name)
         with atomic_file(path) as tmp:
             self.cfg.dump(str(tmp))
+
+    def register_hook(self, hook, priority=None) -> None:
+        """mmengine's, with its ``CheckpointHook`` replaced by one that deletes only inside the work dir
+        (:mod:`nalaformer.engine.containment`): configs keep naming ``CheckpointHook``."""
+        super().register_hook(contained_checkpoint_hook(hook), priority)
 
     def _unwrapped_model(self) -> torch.nn.Module:
         return self.model.module if is_model_wrapper(self.model) else self.model

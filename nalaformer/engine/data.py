@@ -10,10 +10,11 @@ from mmengine.hooks import Hook
 from mmengine.logging import print_log
 from mmengine.registry import DATA_SAMPLERS, DATASETS, HOOKS
 from PIL import Image
-from timm.data import ImageDataset, create_transform
+from timm.data import ImageDataset
 from timm.data.distributed_sampler import RepeatAugSampler as TimmRepeatAugSampler
 
 from ..errors import DatasetError
+from .augment import create_transform
 from .dataset_check import check_split, scan_split
 
 MAX_SUBSTITUTES = 10  # readable images looked for after an unreadable one
@@ -22,7 +23,8 @@ LAYOUT = '<data_root>/<split>/<class_name>/<image>.{jpg,jpeg,png,...} (ImageNet:
 
 @DATASETS.register_module()
 class ImageFolderDataset:
-    """``data_root/split`` in ImageFolder layout, transformed by ``timm.data.create_transform``.
+    """``data_root/split`` in ImageFolder layout, transformed by ``timm.data.create_transform`` (with Posterize
+    defined at every magnitude: :mod:`nalaformer.engine.augment`).
 
     Args:
         data_root: dataset root. split: sub-folder ('train', 'val', ...).

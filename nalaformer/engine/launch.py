@@ -6,29 +6,35 @@ line; anything raised while training or testing keeps its traceback.
 import difflib
 import inspect
 import logging
+import os
 import os.path as osp
 import re
-from typing import Optional, Sequence, Tuple
+from typing import Optional, Sequence
 
 import timm
 import torch
 from mmengine.config import Config
+from mmengine.hooks import CheckpointHook
 from mmengine.logging import print_log
 from mmengine.registry import DATASETS, RUNNERS
 from mmengine.runner import Runner
 
+from ..checkpoint import check_checkpoint_file
 from ..errors import ConfigError, DatasetError
 from ..mmcv_build import MmcvOpsError, check_mmcv_ops
 from ..threads import apply_threads
-from .classifier import TimmClassifier
 from .data import LAYOUT as IMAGE_FOLDER_LAYOUT
 from .dataset_check import check_split, class_folders, compare_classes, scan_split
+from .model_spec import TimmModelSpec, UnknownModelError
 from .sr_data import SRDataError
 
 _MISSING = object()
-# Registries whose objects configs build from dicts with a ``type`` (the model's are checked by building it).
+# Registries whose objects configs build from dicts with a ``type`` (the timm models of the task wrappers, which take
+# ``**kwargs``, are checked by building them: check_model_keywords).
 _REGISTRIES = ('OPTIMIZERS', 'OPTIM_WRAPPERS', 'HOOKS', 'PARAM_SCHEDULERS', 'DATASETS', 'DATA_SAMPLERS', 'METRICS',
-               'VISUALIZERS', 'VISBACKENDS', 'LOOPS', 'LOG_PROCESSORS')
+               'VISUALIZERS', 'VISBACKENDS', 'LOOPS', 'LOG_PROCESSORS', 'TRANSFORMS', 'MODELS')
+# Classes whose ``**kwargs`` go to a known function (mmengine's CheckpointHook: to Runner.save_checkpoint).
+_FORWARDED_KWARGS = {CheckpointHook: Runner.save_checkpoint}
 # Keys mmengine takes out of such a dict before building (the optimizer wrapper's constructor settings).
 _BUILDER_KEYS = {'_scope_', 'constructor', 'paramwise_cfg'}
 
@@ -65,7 +71,9 @@ def _expected_type(old, new) -> Optional[str]:
 
 # Ranges of well-known settings, by the last part of their key: (smallest value, whole numbers only).
 _RANGES = {'batch_size': (1, True), 'max_epochs': (1, True), 'max_iters': (1, True), 'val_interval': (1, True),
-           'num_workers': (0, True), 'lr': (0, False), 'weight_decay': (0, False), 'momentum': (0, False)}
+           'num_workers': (0, True), 'lr': (0, False), 'weight_decay': (0, False), 'momentum': (0, False),
+           'num_heads': (1, True), 'embed_dim': (1, True), 'embed_dims': (1, True), 'window_size': (1, True),
+           'drop_path_rate': (0, False)}
 
 
 def _range_problem(key: str, value) -> Optional[str]:
@@ -82,24 +90,48 @@ def _range_problem(key: str, value) -> Optional[str]:
     return None
 
 
-def _check_new_argument(key: str, type_name, name: str) -> None:
+def _registered(registry, kind, scope: Optional[str]):
+    """The class a config dict's ``type`` names in an mmengine registry or, for OpenMMLab configs, in that of the
+    config's scope (``mmseg``, ``mmdet``); None when none is found."""
+    if isinstance(kind, type):
+        return kind
+    if not isinstance(kind, str):
+        return None
+    for name in ([kind] if '.' in kind or not scope else [f'{scope}.{kind}', kind]):
+        try:
+            found = registry.get(name)
+        except (KeyError, ImportError):
+            continue
+        if found is not None:
+            return found
+    return None
+
+
+def _check_new_argument(key: str, type_name, name: str, scope: Optional[str] = None) -> None:
     """A ``--cfg-options`` key that adds argument ``name`` to a dict building ``type_name``: named with close
-    names when the class (found in mmengine's registries) does not take it; models are checked by
-    :func:`check_model_keywords`, classes taking ``**kwargs`` by themselves."""
+    names when the class (found in mmengine's registries, or those of the config's ``scope``) does not take it;
+    the timm models of the task wrappers are checked by :func:`check_model_keywords`, classes taking
+    ``**kwargs`` by themselves."""
     import mmengine.registry
-    if not isinstance(type_name, str) or name in _BUILDER_KEYS:
+    if name in _BUILDER_KEYS:
         return
     registries = [getattr(mmengine.registry, registry) for registry in _REGISTRIES]
-    cls = next((registry.get(type_name) for registry in registries if registry.get(type_name) is not None), None)
+    cls = next((found for found in (_registered(registry, type_name, scope) for registry in registries)
+                if found is not None), None)
     if cls is None:
         return
+    type_name = getattr(type_name, '__name__', type_name)
     try:
-        parameters = inspect.signature(cls).parameters
+        parameters = dict(inspect.signature(cls).parameters)
+        forwarded = next((to for base, to in _FORWARDED_KWARGS.items() if issubclass(cls, base)), None)
+        if forwarded is not None:  # its **kwargs go to a known function: the arguments of both
+            parameters = {k: p for k, p in {**parameters, **inspect.signature(forwarded).parameters}.items()
+                          if p.kind != p.VAR_KEYWORD}
     except (TypeError, ValueError):
         return
     if name in parameters or any(p.kind == p.VAR_KEYWORD for p in parameters.values()):
         return
-    known = [p for p in parameters if p != 'self']
+    known = [p for p in parameters if p not in ('self', 'args')]
     close = difflib.get_close_matches(name, known, n=3, cutoff=0.5)
     hint = f'did you mean {close}?' if close else f'its arguments are {known}'
     raise ConfigError(f"--cfg-options {key}: {type_name} takes no argument '{name}'; {hint}")
@@ -116,7 +148,7 @@ def _option_value(cfg: Config, key: str):
         elif isinstance(node, dict) and part in node:
             node = node[part]
         elif isinstance(node, dict) and 'type' in node:
-            _check_new_argument(key, node['type'], part)
+            _check_new_argument(key, node['type'], part, cfg.get('default_scope'))
             return _MISSING  # a new argument (or dict of them) of the object the dict builds
         else:
             known = list(node.keys()) if isinstance(node, dict) else []
@@ -146,36 +178,45 @@ def check_cfg_options(cfg: Config, options: dict) -> None:
             raise ConfigError(f'--cfg-options {key}: expected {expected}{has}, got {given}')
 
 
-def _model_entry(cfg: Config) -> Optional[Tuple[str, str, dict, set]]:
-    """(config prefix, timm name, model kwargs, the wrapper's own arguments) of the timm model a config
-    builds (classification: ``model``; dense tasks: ``model.backbone``), or None."""
-    model = cfg.get('model') or {}
-    if model.get('type') == 'TimmClassifier':
-        return 'model.', model.get('arch'), dict(model), set(inspect.signature(TimmClassifier).parameters)
-    backbone = model.get('backbone') or {}
-    if str(backbone.get('type', '')).split('.')[-1] == 'NaLaBackbone':
-        from ..dense.backbone import NaLaBackbone  # not nalaformer.dense: that needs mmseg or mmdet
-        own = set(inspect.signature(NaLaBackbone).parameters)
-        return 'model.backbone.', backbone.get('arch', 'nalaformer_t'), dict(backbone), own
+def model_spec(cfg: Config) -> Optional[TimmModelSpec]:
+    """Which part of ``cfg`` is the timm model, with which keywords (:mod:`nalaformer.engine.model_spec`): the
+    first dict under ``model`` (breadth first: ``model``, ``model.backbone``, ``model.module.backbone``, ...)
+    whose registered class implements ``timm_model_spec``, asked there; None when the config has none."""
+    from mmengine.registry import MODELS
+    queue = [('model.', cfg.get('model'))]
+    while queue:
+        prefix, node = queue.pop(0)
+        if not isinstance(node, dict):
+            continue
+        wrapper = _registered(MODELS, node.get('type'), cfg.get('default_scope'))
+        if hasattr(wrapper, 'timm_model_spec'):
+            return wrapper.timm_model_spec(dict(node), prefix)
+        queue += [(f'{prefix}{key}.', value) for key, value in node.items() if isinstance(value, dict)]
     return None
 
 
+def _whole(value) -> bool:
+    """Whether ``value`` is a whole number (an int, or a float without fraction), or a list of them."""
+    if isinstance(value, (list, tuple)):
+        return bool(value) and all(map(_whole, value))
+    return isinstance(value, int) and not isinstance(value, bool) or isinstance(value, float) and value.is_integer()
+
+
 def check_model_keywords(cfg: Config) -> None:
-    """Build the config's timm model on the meta device (no memory, no weights, under a second) so that an
-    argument it does not take, or a value it rejects (e.g. a kernel keyword), is named before anything is
-    written or built; the close names of a misspelt argument are given."""
-    entry = _model_entry(cfg)
-    if entry is None:
+    """Build the config's timm model (:func:`model_spec`, whatever the wrapper) on the meta device (no memory, no
+    weights, under a second) so that an unknown model name, an argument it does not take, or a value it
+    rejects (e.g. a kernel keyword) is named before anything is written or built; the close names of a
+    misspelt argument are given."""
+    spec = model_spec(cfg)
+    if spec is None:
         return
-    prefix, arch, kwargs, own = entry
-    if arch not in timm.list_models():
-        return  # the wrapper names unknown models with close names
-    kwargs = {k: v for k, v in kwargs.items() if k not in own and k not in ('type', '_scope_')}
+    prefix, arch, kwargs = spec.prefix, spec.name, spec.kwargs
     try:
-        with torch.device('meta'):
-            timm.create_model(arch, **kwargs)
+        spec.meta_model()
         return
-    except (TypeError, ValueError) as e:
+    except UnknownModelError:
+        raise
+    except (TypeError, ValueError, ArithmeticError) as e:
         error = e
     except (RuntimeError, NotImplementedError):
         return  # something the meta device cannot run: the real build will tell
@@ -191,13 +232,19 @@ def check_model_keywords(cfg: Config) -> None:
                               f'got {given}')
     bad = re.search(r"unexpected keyword argument '(\w+)'", str(error))
     if bad:
-        known = sorted((set(parameters) | own) - {'self', 'kwargs', 'model_kwargs'})
+        known = sorted((set(parameters) | spec.wrapper_args) - {'self', 'kwargs', 'model_kwargs'})
         close = difflib.get_close_matches(bad.group(1), known, n=3, cutoff=0.5)
         hint = f'did you mean {close}?' if close else f'its arguments are {known}'
         raise ConfigError(f"{prefix}{bad.group(1)}: {arch} ({model_cls.__name__}) takes no argument "
                           f"'{bad.group(1)}'; {hint}") from None
     if isinstance(error, ValueError):  # a value the model (or one of its attention kernels) rejects
         raise ConfigError(f'{prefix.rstrip(".")} ({arch}): {error}') from None
+    for key, value in kwargs.items():  # a fraction where the model's default is a whole number (a size, a count)
+        default = parameters[key].default if key in parameters else None
+        if _whole(default) and not _whole(value) and _expected_type(default, value) is None:
+            many = ', or a list of them' if isinstance(value, (list, tuple)) else ''
+            raise ConfigError(f'{prefix}{key}: expected a whole number{many} ({model_cls.__name__}\'s default is '
+                              f'{default!r}), got {value!r}') from None
     raise ConfigError(f'{prefix.rstrip(".")} ({arch}) cannot be built with these arguments: {error}') from None
 
 
@@ -235,6 +282,7 @@ def finalize_config(cfg: Config, config_path: str, work_dir: Optional[str], laun
     except MmcvOpsError as e:
         raise ConfigError(str(e)) from None
     cfg.launcher = launcher
+    fit_dataloaders(cfg)
     if work_dir is not None:
         cfg.work_dir = work_dir
     elif cfg.get('work_dir') is None:
@@ -249,25 +297,41 @@ def finalize_config(cfg: Config, config_path: str, work_dir: Optional[str], laun
     return cfg
 
 
+DATALOADERS = ('train_dataloader', 'val_dataloader', 'test_dataloader')
+
+
+def fit_dataloaders(cfg: Config) -> None:
+    """Make data loader settings that only hold with worker processes follow a ``num_workers=0`` override (the
+    first thing a user debugging on a CPU types): ``persistent_workers`` and ``prefetch_factor`` are dropped,
+    with a log line, instead of torch refusing them."""
+    for name in DATALOADERS:
+        loader = cfg.get(name)
+        if loader and loader.get('pin_memory') and not torch.cuda.is_available():
+            loader.pin_memory = False  # nothing to pin for; torch warns about it in every epoch
+        if not loader or loader.get('num_workers', 0) != 0:
+            continue
+        dropped = [key for key in ('persistent_workers', 'prefetch_factor') if loader.get(key)]
+        for key in dropped:
+            loader.pop(key)
+        if dropped:
+            print_log(f'{name}.num_workers=0: loading in the main process, so {" and ".join(dropped)} '
+                      f'(which need worker processes) are off', logger='current', level=logging.INFO)
+
+
 def meta_model(cfg: Config) -> Optional[torch.nn.Module]:
-    """The timm model a classification config trains, built on the meta device (shapes and definition, no
-    memory); None for other tasks or models timm does not know."""
-    entry = _model_entry(cfg)
-    if entry is None or entry[0] != 'model.' or entry[1] not in timm.list_models():
-        return None
-    _, arch, kwargs, own = entry
-    with torch.device('meta'):
-        return timm.create_model(arch, **{k: v for k, v in kwargs.items() if k not in own and k != 'type'})
+    """The config's timm model (:func:`model_spec`) built on the meta device (shapes and definition, no memory);
+    None when the config has none."""
+    spec = model_spec(cfg)
+    return None if spec is None else spec.meta_model()
 
 
 def model_num_classes(cfg: Config) -> Optional[int]:
     """The number of classes of a classification config's model (its ``num_classes``, else the timm model's
-    default, read off a meta-device build); None for other tasks."""
-    entry = _model_entry(cfg)
-    if entry is not None and 'num_classes' in entry[2]:
-        return entry[2]['num_classes']
-    model = meta_model(cfg)
-    return None if model is None else model.num_classes
+    default, read off a meta-device build); None for models without classes."""
+    spec = model_spec(cfg)
+    if spec is not None and 'num_classes' in spec.kwargs:
+        return spec.kwargs['num_classes']
+    return getattr(meta_model(cfg), 'num_classes', None)
 
 
 def _image_folder(cfg: Config, loader: str) -> Optional[dict]:
@@ -276,6 +340,19 @@ def _image_folder(cfg: Config, loader: str) -> Optional[dict]:
     while dataset is not None and 'dataset' in dataset:
         dataset = dataset.dataset
     return dataset if dataset is not None and dataset.get('type') == 'ImageFolderDataset' else None
+
+
+def _check_full_batch(cfg: Config, folder: str, images: int) -> None:
+    """A training loader that drops incomplete batches (``drop_last``, as the release's) must get one full batch
+    per process, or an epoch would train on nothing."""
+    loader = cfg.train_dataloader
+    processes = int(os.environ.get('WORLD_SIZE', '1'))
+    if loader.get('drop_last') and images < loader.batch_size * processes:
+        raise DatasetError(
+            f'the training data {folder} has {images} images, fewer than one batch of train_dataloader.batch_size='
+            f'{loader.batch_size} per process x {processes} processes, and train_dataloader.drop_last=True drops '
+            f'incomplete batches: an epoch would train on nothing. Set a smaller train_dataloader.batch_size, or '
+            f'train_dataloader.drop_last=False')
 
 
 def _check_image_folders(cfg: Config, splits, trained_classes: Optional[Sequence[str]], source: str) -> None:
@@ -290,6 +367,8 @@ def _check_image_folders(cfg: Config, splits, trained_classes: Optional[Sequence
         folder = osp.join(dataset.data_root, dataset.get('split', 'train'))
         contents = scan_split(folder)
         check_split(contents, dataset.get('classes'))  # the dataset logs what it reads when it is built
+        if split == 'train':
+            _check_full_batch(cfg, folder, sum(contents.images.values()))
         lists.append((f'the {split} data {folder}', list(dataset.get('classes') or contents.classes)))
     if not lists:
         return
@@ -358,6 +437,20 @@ def check_dataset_files(cfg: Config, splits, trained_classes: Optional[Sequence[
     _check_image_folders(cfg, splits, trained_classes, source)
 
 
+def check_starting_weights(cfg: Config) -> None:
+    """Name the config key of a checkpoint a training run starts from when the file is missing, is no checkpoint or
+    belongs to another model, before anything is written: the model's ``pretrained`` or a backbone's ``init_cfg``
+    (asked of the wrapper of the config's timm model, :func:`model_spec`: its ``check_starting_weights``) and
+    ``load_from`` (read; a whole-runner checkpoint may fit partly, as a detector's of other classes)."""
+    spec = model_spec(cfg)
+    check = getattr(spec.wrapper, 'check_starting_weights', None) if spec is not None else None
+    if check is not None:
+        check(spec.part(cfg), spec.prefix)
+    load_from = cfg.get('load_from')
+    if load_from and not cfg.get('resume') and '://' not in str(load_from):
+        check_checkpoint_file(load_from, 'load_from')
+
+
 def apply_thread_policy(cfg: Config, requested: Optional[int] = None) -> str:
     """Set torch's CPU threads (:mod:`nalaformer.threads`: OMP_NUM_THREADS, else ``requested``, else the config's
     ``env_cfg.threads``, else the cores other processes leave free) and cap each data loader's workers at the
@@ -369,7 +462,7 @@ def apply_thread_policy(cfg: Config, requested: Optional[int] = None) -> str:
     except ValueError as e:
         raise ConfigError(f'--threads / env_cfg.threads: {e}') from None
     lines = [choice.describe()]
-    for name in ('train_dataloader', 'val_dataloader', 'test_dataloader'):
+    for name in DATALOADERS:
         loader = cfg.get(name)
         if loader and loader.get('num_workers', 0) > choice.cores:
             lines.append(f'{name}.num_workers: {loader.num_workers} -> {choice.cores} (the cores available)')

@@ -4,7 +4,9 @@ signal, finish the current iteration, write an iteration checkpoint and stop.
 :class:`PreemptionHook` is on by default in every runtime (``default_hooks.preemption``). The
 checkpoint (``iter_<N>.pth``, written atomically, recorded in ``last_checkpoint``) holds everything an
 epoch checkpoint holds plus each rank's random-number state, so ``tools/train.py CONFIG --resume``
-continues exactly as the uninterrupted run would have (see :mod:`nalaformer.engine.loops`). In
+continues exactly as the uninterrupted run would have (see :mod:`nalaformer.engine.loops`). Once the resumed
+run writes a newer regular checkpoint, the preemption checkpoint is deleted with the checkpoints beyond
+``max_keep_ckpts`` (:mod:`nalaformer.engine.containment`; kept when that is -1, keep all). In
 distributed runs every rank learns of the signal at the same iteration (an all-reduce of the flag),
 the checkpoint is written once, and all ranks stop together. Data-loader workers ignore these signals,
 so a signal sent to the whole process group does not kill them in the middle of the iteration.
@@ -21,7 +23,10 @@ from mmengine.hooks import Hook
 from mmengine.logging import print_log
 from mmengine.registry import HOOKS
 
-__all__ = ['PreemptionHook', 'Preempted']
+__all__ = ['PreemptionHook', 'Preempted', 'PREEMPTION_CHECKPOINTS']
+
+# The message hub's list of the preemption checkpoints of a run (file names in its work dir).
+PREEMPTION_CHECKPOINTS = 'preemption_ckpts'
 
 
 class Preempted(RuntimeError):
@@ -96,6 +101,10 @@ class PreemptionHook(Hook):
         if not signum:
             return
         filename = f'iter_{iteration}.pth'
+        # named (not a path: the work dir may be copied or moved) so that the checkpoint hook deletes it once a
+        # newer regular checkpoint exists, as it deletes the checkpoints beyond max_keep_ckpts
+        earlier = runner.message_hub.get_info(PREEMPTION_CHECKPOINTS) or []
+        runner.message_hub.update_info(PREEMPTION_CHECKPOINTS, [*earlier, filename])
         runner.save_checkpoint(runner.work_dir, filename, meta=dict(epoch=epoch, iter=iteration))
         path = osp.join(runner.work_dir, filename)
         if is_main_process():

@@ -1,10 +1,13 @@
 """mmengine model wrapper around a timm super-resolution network, trained with an L1 loss (BasicSR's SRModel)."""
+import inspect
 from typing import Dict, List, Optional, Union
 
 import timm
 import torch
 from mmengine.model import BaseModel
 from mmengine.registry import MODELS
+
+from .model_spec import TimmModelSpec, check_model_name
 
 
 @MODELS.register_module()
@@ -28,12 +31,18 @@ class SRModel(BaseModel):
                  tile_overlap: int = 0, data_preprocessor: Optional[dict] = None, init_cfg: Optional[dict] = None,
                  **model_kwargs):
         super().__init__(data_preprocessor=data_preprocessor, init_cfg=init_cfg)
-        if arch not in timm.list_models():
-            close = timm.list_models(f'*{arch.split("_")[0]}*')[:10]
-            raise ValueError(f'unknown timm model {arch!r} (model.arch); similar names: {close}')
+        check_model_name(arch)
         self.model = timm.create_model(arch, upscale=upscale, **model_kwargs)
         self.tile, self.tile_overlap = tile, tile_overlap
         self.criterion = torch.nn.L1Loss()
+
+    @classmethod
+    def timm_model_spec(cls, model_cfg: dict, prefix: str = 'model.') -> TimmModelSpec:
+        """The timm model a config dict of this class builds (:mod:`nalaformer.engine.model_spec`)."""
+        defaults = inspect.signature(cls).parameters
+        return TimmModelSpec.of_wrapper(
+            cls, model_cfg, prefix, model_cfg.get('arch', defaults['arch'].default),
+            model_args=dict(upscale=model_cfg.get('upscale', defaults['upscale'].default)), weights_prefix='model.')
 
     def super_resolve(self, lr: torch.Tensor) -> torch.Tensor:
         """(B, 3, h, w) float [0, 1] -> (B, 3, h * upscale, w * upscale), tiled when configured."""

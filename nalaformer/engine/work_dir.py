@@ -16,11 +16,11 @@ from mmengine.logging import print_log
 
 from ..checkpoint import CheckpointError, MissingCheckpointError, check_definition
 from ..errors import DestinationError
-from ..files import same_path
+from ..files import check_folder_destination, contained, same_path
 from .checkpoint import check_resumable
-from .launch import meta_model
+from .launch import model_spec
 
-__all__ = ['run_checkpoints', 'resume_target', 'prepare_work_dir']
+__all__ = ['run_checkpoints', 'resume_target', 'check_work_dir', 'prepare_work_dir']
 
 # What mmengine's CheckpointHook writes into a work dir.
 RUN_FILES = ('epoch_*.pth', 'iter_*.pth', 'best_*.pth', 'last_checkpoint')
@@ -55,21 +55,51 @@ def resume_target(work_dir) -> Optional[Path]:
 def check_resume_fits(cfg: Config, filename: str, content: dict) -> None:
     """Raise :class:`CheckpointError` when the checkpoint to resume was written by another model than the
     config's (other shapes, or other attention kernels), naming the config its run was trained with."""
-    model = meta_model(cfg)
-    if model is None:
+    spec = model_spec(cfg)
+    if spec is None or spec.weights_prefix is None:
         return
-    theirs = {k[len('model.'):]: v for k, v in content['state_dict'].items() if k.startswith('model.')}
+    model, prefix = spec.meta_model(), spec.weights_prefix
+    theirs = {k[len(prefix):]: v for k, v in content['state_dict'].items() if k.startswith(prefix)}
     own = model.state_dict()
     differ = sorted(set(own) ^ set(theirs)) + [k for k in own if k in theirs and own[k].shape != theirs[k].shape]
     if differ:
         configs = sorted(Path(filename).parent.glob('*.py'))  # tools/train.py copies the config into the work dir
         dump = ', '.join(map(str, configs)) if configs else 'its work dir holds no copy of it'
-        raise CheckpointError(f'{filename} was written by another model than {cfg.model.arch} as this config builds it '
+        raise CheckpointError(f'{filename} was written by another model than {spec.name} as this config builds it '
                               f'({len(differ)} tensors differ, e.g. {differ[:3]}): resume it with the config its run '
                               f'used ({dump}), or start this run in a new --work-dir')
     for definition in content['meta'].get('model_definitions') or []:
-        if definition.get('module') == 'model':
+        if definition.get('module') == prefix.rstrip('.'):
             check_definition(definition, model, source=filename)
+
+
+def _data_roots(cfg: Config):
+    """(split, data_root) of each dataloader's dataset (and the datasets it wraps) that names a local folder."""
+    for split in ('train', 'val', 'test'):
+        dataset = (cfg.get(f'{split}_dataloader') or {}).get('dataset')
+        while isinstance(dataset, dict):
+            root = dataset.get('data_root')
+            if isinstance(root, str) and root.strip('./') and '://' not in root:
+                yield split, root
+            dataset = dataset.get('dataset')
+
+
+def check_work_dir(work_dir, cfg: Optional[Config] = None) -> Path:
+    """Raise :class:`DestinationError` unless a run can write its logs and checkpoints into ``work_dir``: a
+    writable folder, or a path whose nearest existing folder above is writable (it is created there), and not
+    inside one of ``cfg``'s datasets (their ``data_root``)."""
+    work = Path(work_dir)
+    if work.exists() and not work.is_dir():
+        raise DestinationError(f'--work-dir {work} is a file; give a folder for the run\'s logs and checkpoints')
+    if work.is_dir() and not os.access(work, os.W_OK | os.X_OK):
+        raise DestinationError(f'--work-dir {work} is not writable; choose another folder')
+    for split, root in _data_roots(cfg) if cfg is not None else ():
+        if same_path(work, root) or contained(work, root):
+            raise DestinationError(f'--work-dir {work} lies inside the {split} data ({split}_dataloader.dataset.'
+                                   f'data_root {root}): the run would write its logs and checkpoints among the data; '
+                                   f'give the run a folder outside it')
+    check_folder_destination(work, overwrite=True, option='--work-dir')  # the folders above it
+    return work
 
 
 def prepare_work_dir(cfg: Config, config_path: str, resume: Optional[str] = None, overwrite: bool = False) -> None:
@@ -81,9 +111,7 @@ def prepare_work_dir(cfg: Config, config_path: str, resume: Optional[str] = None
     work dir holding another run's checkpoints, or resuming another run's checkpoint into it, is refused
     unless ``overwrite`` (the earlier checkpoints are then deleted first).
     """
-    work = Path(cfg.work_dir)
-    if work.exists() and not work.is_dir():
-        raise DestinationError(f'--work-dir {work} is a file; give a folder for the run\'s logs and checkpoints')
+    work = check_work_dir(cfg.work_dir, cfg)
     dump = work / Path(config_path).name  # mmengine's copy of the config (NaLaRunner never writes it over the config)
     if resume is None and cfg.get('resume'):
         resume = cfg.get('load_from') or 'auto'
@@ -123,4 +151,5 @@ def prepare_work_dir(cfg: Config, config_path: str, resume: Optional[str] = None
         print_log(f'--overwrite: deleting the earlier run\'s checkpoints in {work}: '
                   f'{", ".join(p.name for p in earlier)}', logger='current', level=logging.WARNING)
         for path in earlier:
-            path.unlink(missing_ok=True)
+            if contained(path, work):  # what the run deletes lies in its work dir (links: the link itself)
+                path.unlink(missing_ok=True)

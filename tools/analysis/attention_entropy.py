@@ -12,7 +12,7 @@ over queries, RoPE off). Two views per kernel:
 
 Writes a PNG and a JSON. Example::
 
-    python tools/analysis/attention_entropy.py --model nalaformer_t --stage 0 \\
+    python3 tools/analysis/attention_entropy.py --model nalaformer_t --stage 0 \\
         --out docs/attention_entropy.png --json docs/attention_entropy.json
 """
 import argparse

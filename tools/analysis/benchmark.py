@@ -35,12 +35,12 @@ Prefixes compare implementations of one NaLaFormer spec in the same run:
 
 Examples::
 
-    python tools/analysis/benchmark.py --sizes 224 448 896 --batch-sizes 8 4 1
-    python tools/analysis/benchmark.py --mode train --models nalaformer_t swin_tiny_patch4_window7_224
-    python tools/analysis/benchmark.py --models "nalaformer_t(attn_types='nala')" convnext_tiny --sizes 512x1024
-    python tools/analysis/benchmark.py --mode train --sizes 224 --batch-sizes 8 --release-file /tmp/release/NALA.py \
+    python3 tools/analysis/benchmark.py --sizes 224 448 896 --batch-sizes 8 4 1
+    python3 tools/analysis/benchmark.py --mode train --models nalaformer_t swin_tiny_patch4_window7_224
+    python3 tools/analysis/benchmark.py --models "nalaformer_t(attn_types='nala')" convnext_tiny --sizes 512x1024
+    python3 tools/analysis/benchmark.py --mode train --sizes 224 --batch-sizes 8 --release-file /tmp/release/NALA.py \
         --models release:nalaformer_t nalaformer_t reference:nalaformer_t swin_tiny_patch4_window7_224
-    python tools/analysis/benchmark.py --device cuda --amp bf16 --mode train --sizes 224 --batch-sizes 64 \
+    python3 tools/analysis/benchmark.py --device cuda --amp bf16 --mode train --sizes 224 --batch-sizes 64 \
         --models nalaformer_t fused:nalaformer_t
 """
 import argparse

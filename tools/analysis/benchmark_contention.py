@@ -2,13 +2,13 @@
 process, with torch's default threads (one per core: the behaviour before the thread policy) and with the
 thread policy of nalaformer/threads.py. The tool starts and stops the background load itself.
 
-    python tools/analysis/benchmark_contention.py --data data/fashion-mnist --epochs 1 \
+    python3 tools/analysis/benchmark_contention.py --data data/fashion-mnist --epochs 1 \
         --out-json docs/contention_cpu.json [--whole]
 
 Each cell runs ``tools/train.py`` on the quick start's config (configs/nalaformer/
 nalaformer-pico_1xb64-10e_fashion-mnist-32px.py) for ``--epochs`` epochs in a fresh work dir and reads the
 per-iteration times mmengine logs; ``--whole`` also times the whole ``tools/quick_start.py`` (policy on)
-idle and loaded. The data folder is the quick start's (``python tools/quick_start.py`` writes it).
+idle and loaded. The data folder is the quick start's (``python3 tools/quick_start.py`` writes it).
 Nothing else should run meanwhile: the point is the one background process this tool starts. A cell that fails
 stops the benchmark with the tool's error; with ``--keep-going`` it records the error and the others go on.
 """

@@ -21,9 +21,9 @@ runs out of GPU memory is recorded (status 'out of memory').
 On CPU the Triton kernels run in the interpreter (``TRITON_INTERPRET=1`` is set here): only a
 smoke test, with ``--tiny``. Examples:
 
-    python tools/analysis/benchmark_kernels.py --device cuda --dtype bfloat16 --check \\
+    python3 tools/analysis/benchmark_kernels.py --device cuda --dtype bfloat16 --check \\
         --shapes 64x1x3136x64 8x1x16384x64 2x1x65536x64 --out-dir runs/bench
-    python tools/analysis/benchmark_kernels.py --tiny --out-dir /tmp/bench
+    python3 tools/analysis/benchmark_kernels.py --tiny --out-dir /tmp/bench
 """
 import argparse
 import os

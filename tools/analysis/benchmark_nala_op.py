@@ -26,8 +26,8 @@ A method that fails stops the benchmark with its error; with ``--keep-going`` it
 
 Examples::
 
-    python tools/analysis/benchmark_nala_op.py --threads 1 --sides 112 --batch 2 --out-json docs/nala_op_cpu.json
-    python tools/analysis/benchmark_nala_op.py --what block --threads 2 --tokens 16384 32768 73728 \\
+    python3 tools/analysis/benchmark_nala_op.py --threads 1 --sides 112 --batch 2 --out-json docs/nala_op_cpu.json
+    python3 tools/analysis/benchmark_nala_op.py --what block --threads 2 --tokens 16384 32768 73728 \\
         --out-json docs/nala_block_vs_softmax_cpu.json
 """
 import argparse

@@ -12,8 +12,8 @@ iteration's loss and whether all were finite. ``--backend`` sets the NaLa backen
 mmsegmentation must be installed; mmcv without compiled ops (mmcv-lite) is enough
 (:func:`nalaformer.mmcv_build.allow_mmcv_lite`). Examples::
 
-    python tools/analysis/benchmark_segmentor.py --device cuda --amp bf16 --out-json runs/upernet_t.json
-    python tools/analysis/benchmark_segmentor.py --device cpu --size 64 --warmup 1 --repeats 2
+    python3 tools/analysis/benchmark_segmentor.py --device cuda --amp bf16 --out-json runs/upernet_t.json
+    python3 tools/analysis/benchmark_segmentor.py --device cpu --size 64 --warmup 1 --repeats 2
 """
 import argparse
 import sys

@@ -25,9 +25,9 @@ Ratios to ``nala`` at each size and mode, memory (peak_mb: measured when both ru
 accounted for both; the source is named) and time, are printed next to the paper's. Writes ``benchmark_sr.json``
 and ``benchmark_sr.png`` to ``--out-dir``. Examples::
 
-    python tools/analysis/benchmark_sr.py --threads 2 --out-dir docs/benchmark_sr_cpu     # ~1 h on 2 cores
-    python tools/analysis/benchmark_sr.py --device cuda --amp none bf16 --out-dir runs/sr_gpu
-    python tools/analysis/benchmark_sr.py --tiny --out-dir /tmp/sr_smoke                   # seconds
+    python3 tools/analysis/benchmark_sr.py --threads 2 --out-dir docs/benchmark_sr_cpu     # ~1 h on 2 cores
+    python3 tools/analysis/benchmark_sr.py --device cuda --amp none bf16 --out-dir runs/sr_gpu
+    python3 tools/analysis/benchmark_sr.py --tiny --out-dir /tmp/sr_smoke                   # seconds
 """
 import argparse
 import os

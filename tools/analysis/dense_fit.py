@@ -14,8 +14,8 @@ in training mode, no pretrained weights. ``resnet18`` is mmdet's/mmseg's ResNet-
 for segmentation, as mmseg's UperNet configs use). Writes ``OUT.json`` (per-iteration losses,
 metrics per evaluation, wall time) and ``OUT.png``::
 
-    python tools/analysis/dense_fit.py det --backbones nalaformer_xt resnet18 --iters 300 --out docs/dense_fit_det
-    python tools/analysis/dense_fit.py seg --backbones nalaformer_xt resnet18 --iters 300 --out docs/dense_fit_seg
+    python3 tools/analysis/dense_fit.py det --backbones nalaformer_xt resnet18 --iters 300 --out docs/dense_fit_det
+    python3 tools/analysis/dense_fit.py seg --backbones nalaformer_xt resnet18 --iters 300 --out docs/dense_fit_seg
 
 ``--backbone-options KEY=VALUE ...`` change the NaLaFormer backbone (e.g. ``drop_path_rate=0.0``,
 ``attn_types=nala``) for ablations.

@@ -4,11 +4,11 @@ Counts with torch's dispatch-level counter (``nalaformer.analysis.flops``), whic
 matrix products inside the attention kernels (NaLa's contractions, SDPA), not only Linear and
 Conv layers. MACs = FLOPs / 2, as fvcore reports. Examples::
 
-    python tools/analysis/get_flops.py nalaformer_t
-    python tools/analysis/get_flops.py nalaformer_t --attn-types nala --shape 896 896
-    python tools/analysis/get_flops.py "nalaformer_s(attn_types=('nala', 'nala', 'nala', 'softmax'))"
-    python tools/analysis/get_flops.py configs/nalaformer/nalaformer-t_8xb128_in1k.py
-    python tools/analysis/get_flops.py --table                         # writes docs/flops_table.md
+    python3 tools/analysis/get_flops.py nalaformer_t
+    python3 tools/analysis/get_flops.py nalaformer_t --attn-types nala --shape 896 896
+    python3 tools/analysis/get_flops.py "nalaformer_s(attn_types=('nala', 'nala', 'nala', 'softmax'))"
+    python3 tools/analysis/get_flops.py configs/nalaformer/nalaformer-t_8xb128_in1k.py
+    python3 tools/analysis/get_flops.py --table                         # writes docs/flops_table.md
 
 A config file's ``model`` (or ``model['backbone']``) must name a timm model in ``arch`` (this
 project's classifier and backbone), ``model_name`` (mmpretrain's TIMMBackbone) or ``type``; its

@@ -22,11 +22,11 @@ the finished runs and rewrites the outputs.
 
 The full study (the committed table; see docs/mechanism_study.md for its cost)::
 
-    python tools/analysis/mechanism_study.py --out docs/mechanism_study
+    python3 tools/analysis/mechanism_study.py --out docs/mechanism_study
 
 A one-seed pipeline check (the test's)::
 
-    python tools/analysis/mechanism_study.py --kernels softmax relu --seeds 0 --conv-mixers off \\
+    python3 tools/analysis/mechanism_study.py --kernels softmax relu --seeds 0 --conv-mixers off \\
         --epochs 3 --train-per-class 100 --val-per-class 20 --measure-images 8 --work-dir /tmp/ms --out /tmp/ms/study
 """
 import argparse

@@ -19,11 +19,11 @@ only re-reads finished runs and rewrites the outputs.
 
 The study (the lead's run; the config's 2000 iterations, 3 seeds, 2 trainings side by side)::
 
-    python tools/analysis/sr_mechanism_study.py --out docs/sr_mechanism_study
+    python3 tools/analysis/sr_mechanism_study.py --out docs/sr_mechanism_study
 
 A pipeline check (the test's)::
 
-    python tools/analysis/sr_mechanism_study.py --kernels nala relu --seeds 0 1 --iters 4 --measure-size 16 \\
+    python3 tools/analysis/sr_mechanism_study.py --kernels nala relu --seeds 0 1 --iters 4 --measure-size 16 \\
         --work-dir /tmp/srm --out /tmp/srm/study
 """
 import argparse

@@ -7,7 +7,7 @@ the image width and height) and head ``--head``, and draws A_ij over all keys j 
 Each map is scaled to its own maximum; titles give the entropy and the peak relative to uniform.
 Example::
 
-    python tools/analysis/visualize_attention.py --kernels softmax relu nala --query 0.45 0.3 \\
+    python3 tools/analysis/visualize_attention.py --kernels softmax relu nala --query 0.45 0.3 \\
         --out docs/attention_map.png
 """
 import argparse

@@ -1,11 +1,11 @@
 """Write the bicubic LR images of an HR folder, as super-resolution benchmarks make them.
 
-    python tools/dataset_converters/bicubic_downsample.py HR_DIR LR_ROOT [--scales 2 3 4] [--overwrite]
+    python3 tools/dataset_converters/bicubic_downsample.py HR_DIR LR_ROOT [--scales 2 3 4] [--overwrite]
 
     # DIV2K: data/DIV2K/DIV2K_train_LR_bicubic/X{2,3,4}/0001x2.png ...
-    python tools/dataset_converters/bicubic_downsample.py data/DIV2K/DIV2K_train_HR data/DIV2K/DIV2K_train_LR_bicubic
+    python3 tools/dataset_converters/bicubic_downsample.py data/DIV2K/DIV2K_train_HR data/DIV2K/DIV2K_train_LR_bicubic
     # a benchmark set: data/benchmark/Set5/LR_bicubic/X2/babyx2.png ...
-    python tools/dataset_converters/bicubic_downsample.py data/benchmark/Set5/HR data/benchmark/Set5/LR_bicubic
+    python3 tools/dataset_converters/bicubic_downsample.py data/benchmark/Set5/HR data/benchmark/Set5/LR_bicubic
 
 Writes ``LR_ROOT/X{s}/<stem>x{s}.png`` for every image of HR_DIR: the HR image cut to a multiple of s, then
 shrunk with MATLAB's ``imresize(hr, 1/s)`` (bicubic, antialiased; see nalaformer/imresize.py for how close

@@ -1,6 +1,6 @@
 """Write Fashion-MNIST (IDX files, e.g. Debian's dataset-fashion-mnist) as an ImageFolder dataset.
 
-    python tools/dataset_converters/fashion_mnist_to_imagefolder.py OUT_DIR \
+    python3 tools/dataset_converters/fashion_mnist_to_imagefolder.py OUT_DIR \
         [--src /usr/share/datasets/fashion-mnist] [--train-per-class 600] [--val-per-class N]
 
 Produces OUT_DIR/{train,val}/<class name>/<index>.png (val: the test split, all 10,000 images unless

@@ -1,7 +1,7 @@
 """Write a small real-photo super-resolution dataset: training photographs in DIV2K's layout, and unseen test
 photographs in the benchmark layout.
 
-    python tools/dataset_converters/sr_photos.py data/sr-photos [--scales 2 3 4] [--overwrite]
+    python3 tools/dataset_converters/sr_photos.py data/sr-photos [--scales 2 3 4] [--overwrite]
 
     data/sr-photos/DIV2K/DIV2K_train_HR/<photo>_d<shrink>_<k>.png, DIV2K_train_LR_bicubic/X{2,3,4}/...x{s}.png
         Debian's mate-backgrounds nature photographs (/usr/share/backgrounds/mate/nature), shrunk 2x, 3x and 4x

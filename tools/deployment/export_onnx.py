@@ -1,8 +1,8 @@
 """Export a NaLaFormer classifier or dense backbone to ONNX, checked in ONNX Runtime.
 
-    python tools/deployment/export_onnx.py nalaformer_t --checkpoint nala_t.pth --out nalaformer_t.onnx
-    python tools/deployment/export_onnx.py nalaformer_t --attn-types nala --out nalaformer_t-allnala.onnx
-    python tools/deployment/export_onnx.py configs/ade20k/upernet_nalaformer-t_8xb2-160k_ade20k-512x512.py \\
+    python3 tools/deployment/export_onnx.py nalaformer_t --checkpoint nala_t.pth --out nalaformer_t.onnx
+    python3 tools/deployment/export_onnx.py nalaformer_t --attn-types nala --out nalaformer_t-allnala.onnx
+    python3 tools/deployment/export_onnx.py configs/ade20k/upernet_nalaformer-t_8xb2-160k_ade20k-512x512.py \\
         --checkpoint work_dirs/RUN/best_mIoU_iter_160000.pth --out upernet_t_backbone.onnx
 
 MODEL_OR_CONFIG: a timm name (its classifier: input (B, C, H, W) -> logits (B, classes)) or a config file

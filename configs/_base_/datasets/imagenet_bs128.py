@@ -1,7 +1,9 @@
 # ImageNet-1K in ImageFolder layout: data/imagenet/{train,val}/<wnid>/*.JPEG
 # Augmentation and sampling as the release (NaLaformer/main.py defaults and datasets.py, DeiT's): RandAugment
 # rand-m9-mstd0.5-inc1, colour jitter 0.4, bicubic, random erasing 0.25 (pixel, 1), repeated augmentation x3;
-# 128 images per GPU (pretrain.sh --batch-size 128 on 8 GPUs).
+# 128 images per GPU (pretrain.sh --batch-size 128 on 8 GPUs); incomplete training batches dropped (main.py
+# drop_last=True). RandAugment's Posterize at magnitude 10 keeps 0 bits: a black
+# image, as Pillow <= 12.3 gives and the release's stack did (nalaformer/engine/augment.py; docs/recipes.md).
 dataset_type = 'ImageFolderDataset'
 data_root = 'data/imagenet'
 
@@ -10,6 +12,7 @@ train_dataloader = dict(
     num_workers=8,
     persistent_workers=True,
     pin_memory=True,
+    drop_last=True,
     sampler=dict(type='RepeatAugSampler', num_repeats=3, shuffle=True),
     collate_fn=dict(type='default_collate'),
     dataset=dict(
