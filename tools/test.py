@@ -1,8 +1,8 @@
 """Evaluate a checkpoint with the config's test dataloader and evaluator (any task).
 
-    python tools/test.py configs/nalaformer/nalaformer-t_8xb128_in1k.py work_dirs/.../best.pth [--ema]
-    python tools/test.py CONFIG release_nalaformer_t.pth       # the authors' checkpoints work too
-    python tools/test.py configs/ade20k/CONFIG.py work_dirs/.../best_mIoU_iter_*.pth --tta --show-dir vis/
+    python3 tools/test.py configs/nalaformer/nalaformer-t_8xb128_in1k.py work_dirs/.../best.pth [--ema]
+    python3 tools/test.py CONFIG checkpoints/nalaformer_t_in1k.pth   # converted from a run (docs/journey.md)
+    python3 tools/test.py configs/ade20k/CONFIG.py work_dirs/.../best_mIoU_iter_*.pth --tta --show-dir vis/
 
 The checkpoint is read once, through nalaformer.checkpoint. Checkpoints written by tools/train.py
 load into the model they were written from; other weights (the release's .pth, .safetensors,

@@ -1,10 +1,10 @@
 """Train any task (classification, segmentation, detection) from an mmengine config.
 
-    python tools/train.py configs/nalaformer/nalaformer-t_8xb128_in1k.py
-    python tools/train.py CONFIG --resume                 # from the last checkpoint in the work dir
-    python tools/train.py CONFIG --work-dir W --overwrite # a new run where W holds another run's checkpoints
-    python tools/train.py CONFIG --amp --cfg-options train_dataloader.batch_size=64
-    python tools/train.py CONFIG --dry-run                # 3 iterations + a short validation on synthetic data (CPU)
+    python3 tools/train.py configs/nalaformer/nalaformer-t_8xb128_in1k.py
+    python3 tools/train.py CONFIG --resume                 # from the last checkpoint in the work dir
+    python3 tools/train.py CONFIG --work-dir W --overwrite # a new run where W holds another run's checkpoints
+    python3 tools/train.py CONFIG --amp --cfg-options train_dataloader.batch_size=64
+    python3 tools/train.py CONFIG --dry-run                # 3 iterations + a short validation on synthetic data (CPU)
     torchrun --nproc_per_node 8 tools/train.py CONFIG --launcher pytorch   (or tools/dist_train.sh)
 """
 import argparse

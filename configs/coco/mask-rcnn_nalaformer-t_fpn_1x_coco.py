@@ -1,6 +1,6 @@
 # Mask R-CNN + FPN with an ImageNet-1K NaLaFormer-T, COCO 1x (12 epochs, lr steps at 8 and 11),
 # AdamW lr 1e-4 wd 1e-4 (the paper's COCO protocol, as PVT), 8 GPUs x 2 images.
-#   python tools/train.py configs/coco/mask-rcnn_nalaformer-t_fpn_1x_coco.py   (data/coco/, checkpoints/)
+#   python3 tools/train.py configs/coco/mask-rcnn_nalaformer-t_fpn_1x_coco.py   (data/coco/, checkpoints/)
 _base_ = [
     'mmdet::_base_/models/mask-rcnn_r50_fpn.py',
     'mmdet::_base_/datasets/coco_instance.py',

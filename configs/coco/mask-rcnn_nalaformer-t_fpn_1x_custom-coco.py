@@ -1,7 +1,7 @@
 # Fine-tune Mask R-CNN + NaLaFormer-T on your own COCO-format data (any number of classes):
 #   data/my_dataset/annotations/{train,val}.json     COCO json: images, annotations (bbox, polygon or
 #   data/my_dataset/images/{train,val}/*.jpg          RLE segmentation), categories named as in `classes`
-#   python tools/train.py configs/coco/mask-rcnn_nalaformer-t_fpn_1x_custom-coco.py
+#   python3 tools/train.py configs/coco/mask-rcnn_nalaformer-t_fpn_1x_custom-coco.py
 # Starts from ImageNet weights (model.backbone.init_cfg); to start from a COCO-trained detector instead,
 # add --cfg-options load_from=work_dirs/mask-rcnn_nalaformer-t_fpn_1x_coco/epoch_12.pth (the class-specific
 # head layers, whose shapes differ, are skipped with a warning and trained from scratch).

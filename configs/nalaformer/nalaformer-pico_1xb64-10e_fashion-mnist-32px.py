@@ -1,8 +1,8 @@
 # A pico NaLaFormer trained from scratch on Fashion-MNIST in ImageFolder layout (a few minutes on
 # a CPU): the end-to-end check of the classification pipeline on real images.
 #   apt-get install dataset-fashion-mnist
-#   python tools/dataset_converters/fashion_mnist_to_imagefolder.py data/fashion-mnist
-#   python tools/train.py configs/nalaformer/nalaformer-pico_1xb64-10e_fashion-mnist-32px.py
+#   python3 tools/dataset_converters/fashion_mnist_to_imagefolder.py data/fashion-mnist
+#   python3 tools/train.py configs/nalaformer/nalaformer-pico_1xb64-10e_fashion-mnist-32px.py
 _base_ = [
     '../_base_/models/nalaformer.py',
     '../_base_/datasets/fashion_mnist_32px.py',

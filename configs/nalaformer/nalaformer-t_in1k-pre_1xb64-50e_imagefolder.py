@@ -1,6 +1,6 @@
 # Fine-tune an ImageNet-1K NaLaFormer-T on your own ImageFolder data with a new head:
 #   data/my_dataset/{train,val}/<class_name>/*.jpg
-#   python tools/train.py configs/nalaformer/nalaformer-t_in1k-pre_1xb64-50e_imagefolder.py \
+#   python3 tools/train.py configs/nalaformer/nalaformer-t_in1k-pre_1xb64-50e_imagefolder.py \
 #       --cfg-options model.num_classes=<N> model.pretrained=<in1k checkpoint>
 _base_ = ['./nalaformer-t_8xb128_in1k.py']
 data_root = 'data/my_dataset'

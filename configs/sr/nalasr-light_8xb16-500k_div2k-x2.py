@@ -1,6 +1,6 @@
 # NaLa-SR light, x2, on DIV2K: the authors' lightweight-SR recipe on 8 GPUs x 16 images.
 #   bash tools/dist_train.sh configs/sr/nalasr-light_8xb16-500k_div2k-x2.py 8
-#   python tools/test.py configs/sr/nalasr-light_8xb16-500k_div2k-x2.py work_dirs/.../iter_500000.pth
+#   python3 tools/test.py configs/sr/nalasr-light_8xb16-500k_div2k-x2.py work_dirs/.../iter_500000.pth
 # PolaFormerPP ships x3 and x4 option files only; x2 takes their values with MambaIRv2's lightSR x2 crop.
 _base_ = [
     '../_base_/models/nalasr_light.py',

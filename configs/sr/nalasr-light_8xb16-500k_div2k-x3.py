@@ -1,7 +1,7 @@
 # NaLa-SR light, x3, on DIV2K: the authors' lightweight-SR recipe on 8 GPUs x 16 images
 # (PolaFormerPP downstream/sr/options/train/mambairv2/train_MambaIRv2_lightSR_x3.yml).
 #   bash tools/dist_train.sh configs/sr/nalasr-light_8xb16-500k_div2k-x3.py 8
-#   python tools/test.py configs/sr/nalasr-light_8xb16-500k_div2k-x3.py work_dirs/.../iter_500000.pth
+#   python3 tools/test.py configs/sr/nalasr-light_8xb16-500k_div2k-x3.py work_dirs/.../iter_500000.pth
 _base_ = [
     '../_base_/models/nalasr_light.py',
     '../_base_/datasets/div2k_sr.py',

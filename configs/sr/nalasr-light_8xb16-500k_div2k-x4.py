@@ -3,7 +3,7 @@
 # left empty ("set your Pola++ checkpoint path", strict_load_g false): whether the authors' x4 model started
 # from another checkpoint is not known; this config trains from scratch.
 #   bash tools/dist_train.sh configs/sr/nalasr-light_8xb16-500k_div2k-x4.py 8
-#   python tools/test.py configs/sr/nalasr-light_8xb16-500k_div2k-x4.py work_dirs/.../iter_500000.pth
+#   python3 tools/test.py configs/sr/nalasr-light_8xb16-500k_div2k-x4.py work_dirs/.../iter_500000.pth
 _base_ = [
     '../_base_/models/nalasr_light.py',
     '../_base_/datasets/div2k_sr.py',

@@ -3,9 +3,9 @@
 # photographs it never saw (OpenCV's butterfly, scikit-image's astronaut, coffee, chelsea) against their
 # bicubic upscaling. 2000 iterations of 32 crops of 32x32 HR pixels take a few minutes on 2 cores.
 #   bash scripts/setup.sh          # installs mate-backgrounds and opencv-doc
-#   python tools/dataset_converters/sr_photos.py data/sr-photos
-#   python tools/train.py configs/sr/nalasr-pico_1xb32-2k_photos-x2.py
-#   python tools/test.py configs/sr/nalasr-pico_1xb32-2k_photos-x2.py \
+#   python3 tools/dataset_converters/sr_photos.py data/sr-photos
+#   python3 tools/train.py configs/sr/nalasr-pico_1xb32-2k_photos-x2.py
+#   python3 tools/test.py configs/sr/nalasr-pico_1xb32-2k_photos-x2.py \
 #       work_dirs/nalasr-pico_1xb32-2k_photos-x2/iter_2000.pth
 _base_ = [
     '../_base_/models/nalasr_light.py',

@@ -2,8 +2,8 @@
 # Fashion-MNIST in ImageFolder layout (a few minutes on a CPU): the end-to-end check of the Swin-T
 # protocol models on real images.
 #   apt-get install dataset-fashion-mnist
-#   python tools/dataset_converters/fashion_mnist_to_imagefolder.py data/fashion-mnist
-#   python tools/train.py configs/swin_protocol/nala-swin-pico_1xb64-10e_fashion-mnist-32px.py
+#   python3 tools/dataset_converters/fashion_mnist_to_imagefolder.py data/fashion-mnist
+#   python3 tools/train.py configs/swin_protocol/nala-swin-pico_1xb64-10e_fashion-mnist-32px.py
 # 32px inputs, 4x4 patches: stage maps 8x8, 4x4 (global NaLa), 2x2, 1x1 (Swin's windows, clamped to the map
 # as Swin does when a map is no larger than a window). About 10 minutes on 2 busy CPU cores, ~80% top-1.
 _base_ = [

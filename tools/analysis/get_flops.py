@@ -112,8 +112,8 @@ def table(args: argparse.Namespace) -> Dict:
         lines.append(f'| {model} | ' + ' | '.join(f'{m / 1e9:.2f}' for m in macs) +
                      f" | {'-' if growth is None else f'x{growth:.2f} ({sizes[-2][0]} -> {sizes[-1][0]})'} |")
     lines += ['', '## Notes', '', COUNTED.format(tol=FLOPS_REL_TOLERANCE), '',
-              'Known discrepancies with the paper: the released XT config measures about 6.1M / 0.65G,',
-              "not the paper's 8M / 1.0G; the released T (mlp ratio 4) measures about 15.9M / 2.9G, and T with",
+              'Known discrepancies with the paper: the released XT config measures 6.1M / 0.64G,',
+              "not the paper's 8M / 1.0G; the released T (mlp ratio 4) measures 15.9M / 2.86G, and T with",
               "mlp ratio 3.5 gives the paper's 15M / 2.7G. S, B and L match. Parameters do not depend on the",
               'attention kernels (they have no parameters), so hybrid and all-NaLa share the params column.',
               'Swin/DeiT are built with img_size for each resolution; softmax attention grows quadratically',

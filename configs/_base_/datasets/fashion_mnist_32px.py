@@ -1,6 +1,6 @@
 # Fashion-MNIST in ImageFolder layout at 32x32 (a real-data check that runs on a CPU):
 #   apt-get install dataset-fashion-mnist
-#   python tools/dataset_converters/fashion_mnist_to_imagefolder.py data/fashion-mnist
+#   python3 tools/dataset_converters/fashion_mnist_to_imagefolder.py data/fashion-mnist
 _base_ = ['./imagenet_bs128.py']
 data_root = 'data/fashion-mnist'
 augment = dict(_delete_=True, hflip=0.5, scale=(0.8, 1.0), ratio=(0.9, 1.1), color_jitter=0.0, interpolation='bicubic')

@@ -1,0 +1,246 @@
+"""README's measured and accounted figures against the data files under docs/ that the tools wrote (issue 35).
+
+FIGURES ties each figure to its file: where it is printed (a row of README's "Measured and accounted figures"
+table, found by the start of its first cell, or None: anywhere in README), a pattern whose groups are the printed
+numbers, and what the file says they are (units converted: MiB -> GiB, seconds -> minutes, fractions -> %). A
+printed number agrees when the file's value rounds to it at the printed precision ("44x": within 0.5, "0.39":
+within 0.005). The SR memory table is checked cell by cell against the accounting it shows. Memory is GiB only.
+"""
+import functools
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+README = ROOT / 'README.md'
+DOCS = ROOT / 'docs'
+FIGURES_TABLE = 'what'  # first header cell of README's "Measured and accounted figures" table
+SR_TABLE = 'mode (accounted, GiB)'  # first header cell of README's SR memory table
+SR = {'accounted': 'benchmark_sr_cpu/accounted/benchmark_sr.json', '16k': 'benchmark_sr_cpu/16k/benchmark_sr.json',
+      'large': 'benchmark_sr_cpu/large/benchmark_sr.json'}
+NO_DATA_FILE = {'numerical parity with the release'}  # tolerances asserted by tests/test_release_parity.py
+
+
+@functools.lru_cache(maxsize=None)
+def data(name):
+    return json.loads((DOCS / name).read_text())
+
+
+def one(rows, **where):
+    found = [r for r in rows if all(r.get(k) == v for k, v in where.items())]
+    assert len(found) == 1, (where, len(found))
+    return found[0]
+
+
+def sr_run(which, slot, mode, tokens):
+    return one(data(SR[which])['runs'], slot=slot, mode=mode, tokens=tokens)
+
+
+def sr_ratios(which, slot, mode, key='memory_ratio'):
+    return [r[key] for r in data(SR[which])['ratios'] if r['slot'] == slot and r['mode'] == mode]
+
+
+def op(name, method, mode='forward_backward', size=None):
+    return one(data(name)['results'], method=method, mode=mode, **({} if size is None else dict(size=size)))
+
+
+def model(name, model_name, size):
+    return one(data(name)['results'], model=model_name, size=[size, size])
+
+
+def contention(policy, loaded):
+    return one(data('contention_cpu.json')['cells'], policy=policy, loaded=loaded)['iter_s']
+
+
+def det(backbone, step, metric):
+    return 100 * one(one(data('dense_fit_det.json')['runs'], backbone=backbone)['metrics'], step=step)[metric]
+
+
+def seg(backbone, step):
+    return one(one(data('dense_fit_seg.json')['runs'], backbone=backbone)['metrics'], step=step)['mIoU']
+
+
+def span(values):
+    return min(values), max(values)
+
+
+def mechanism_verdicts():
+    return data('mechanism_study.json')['verdicts']
+
+
+def non_tie(conv_mixers, a, b):
+    return one(mechanism_verdicts(), conv_mixers=conv_mixers, a=a, b=b, verdict='>')['diff']
+
+
+def block_softmax():
+    return [r for r in data('nala_block_vs_softmax_cpu.json')['results'] if r['method'] == 'softmax' and r['status'] == 'ok']
+
+
+FIGURES = [  # (row of the figures table or None for anywhere in README, pattern, the file's values)
+    ('the fast NaLa op', r'forward\+backward ([\d.]+)x time, ([\d.]+)x memory',
+     lambda: (op('nala_op_cpu.json', 'fast')['latency_ratio'], op('nala_op_cpu.json', 'fast')['memory_ratio'])),
+    ('NaLaFormer-T vs the release', r'([\d.]+)x time, ([\d.]+)x live memory',
+     lambda: (model('benchmark_nala_fast_train_cpu.json', 'nalaformer_t', 224)['latency_ratio'],
+              model('benchmark_nala_fast_train_cpu_live_memory.json', 'nalaformer_t', 224)['extra_ratio'])),
+    ('one NaLa block vs explicit softmax', r'(\d+)-(\d+)% less memory, (\d+)-(\d+)x faster',
+     lambda: (*span([100 * (1 - 1 / r['memory_ratio']) for r in block_softmax()]),
+              *span([r['latency_ratio'] for r in block_softmax()]))),
+    ('one NaLa block vs explicit softmax', r'would need ~([\d.]+) GiB',
+     lambda: [float(re.search(r'~([\d.]+) GiB', r['reason']).group(1)) for r in
+              data('nala_block_vs_softmax_cpu.json')['results'] if r['status'] != 'ok']),
+    ('the whole SR network', r'accounted: explicit softmax / NaLa ([\d.]+)-([\d.]+)x \(inference\), ([\d.]+)-([\d.]+)x',
+     lambda: (*span(sr_ratios('accounted', 'softmax_explicit', 'infer')),
+              *span(sr_ratios('accounted', 'softmax_explicit', 'train')))),
+    ('the whole SR network', r'SDPA / NaLa ([\d.]+)-([\d.]+)x; measured at 16K: SDPA / NaLa memory ([\d.]+)x \(inference\), '
+                             r'([\d.]+)x \(training\), time ([\d.]+)x \(inference\), ([\d.]+)x',
+     lambda: (*span(sr_ratios('accounted', 'softmax', 'infer') + sr_ratios('accounted', 'softmax', 'train')),
+              *sr_ratios('16k', 'softmax', 'infer'), *sr_ratios('16k', 'softmax', 'train'),
+              *sr_ratios('16k', 'softmax', 'infer', 'time_ratio'), *sr_ratios('16k', 'softmax', 'train', 'time_ratio'))),
+    ('CPU training on a busy machine', r'loaded / idle ([\d.]+)x with the thread policy \(torch\'s default threads: ([\d.]+)x\); '
+                                       r'whole quick start ([\d.]+) min idle, ([\d.]+) min loaded',
+     lambda: (contention('thread policy', True) / contention('thread policy', False),
+              contention('torch default', True) / contention('torch default', False),
+              data('contention_cpu.json')['quick_start']['idle']['wall_s'] / 60,
+              data('contention_cpu.json')['quick_start']['loaded']['wall_s'] / 60)),
+    ('the quick start', r'([\d.]+) min on 2 idle cores .*, ([\d.]+) % top-1',
+     lambda: (data('contention_cpu.json')['quick_start']['idle']['wall_s'] / 60, data('quick_start.json')['top1'])),
+    (None, r'measured here: ([\d.]+) % top-1', lambda: (data('quick_start.json')['top1'],)),
+    (None, r'Fashion-MNIST test split, top-1: ([\d.]+)%', lambda: (data('quick_start.json')['top1'],)),
+    ('SR on unseen real photographs', r'PSNR-Y ([\d.]+) dB vs bicubic ([\d.]+) dB \(\+([\d.]+) dB\), SSIM ([\d.]+) vs ([\d.]+)',
+     lambda: (data('sr_photos.json')['Unseen4/PSNR'], data('sr_photos.json')['Unseen4/bicubic_PSNR'],
+              data('sr_photos.json')['Unseen4/PSNR'] - data('sr_photos.json')['Unseen4/bicubic_PSNR'],
+              data('sr_photos.json')['Unseen4/SSIM'], data('sr_photos.json')['Unseen4/bicubic_SSIM'])),
+    (None, r'by ([\d.]+) dB\s+\(PSNR-Y ([\d.]+) vs ([\d.]+) dB, SSIM ([\d.]+) vs ([\d.]+)\)',
+     lambda: (data('sr_photos.json')['Unseen4/PSNR'] - data('sr_photos.json')['Unseen4/bicubic_PSNR'],
+              data('sr_photos.json')['Unseen4/PSNR'], data('sr_photos.json')['Unseen4/bicubic_PSNR'],
+              data('sr_photos.json')['Unseen4/SSIM'], data('sr_photos.json')['Unseen4/bicubic_SSIM'])),
+    ('the mechanism on trained models', r'accuracy: (\d+) of (\d+) comparisons tie; not: elu above softmax '
+                                        r'\(\+([\d.]+)\) and NaLa \(\+([\d.]+)\) without conv mixers, softmax with '
+                                        r'vs without them \(\+([\d.]+)\)',
+     lambda: (sum(v['verdict'] == 'tie' for v in mechanism_verdicts()), len(mechanism_verdicts()),
+              non_tie('off', 'elu', 'softmax'), non_tie('off', 'elu', 'nala'),
+              non_tie('on vs off', 'softmax (on)', 'softmax (off)'))),
+    ('the mechanism where tokens are many', r'PSNR: all tie \(([\d.]+)-([\d.]+) dB\)',
+     lambda: span([c['psnr']['mean'] for c in data('sr_mechanism_study.json')['cells'].values()])),
+    ('the mechanism where tokens are many', r'PSNR: all tie',
+     lambda: [v for v in data('sr_mechanism_study.json')['verdicts'] if v['verdict'] != 'tie']),  # none
+    ('dense models learn', r'Mask R-CNN (\d+) iterations, UperNet (\d+) of (\d+)',
+     lambda: (data('dense_fit_det.json')['iters'], data('dense_fit_seg.json')['stopped_at'], data('dense_fit_seg.json')['iters'])),
+    ('dense models learn', r'box/mask AP ([\d.]+)/([\d.]+) vs ResNet-18 ([\d.]+)/([\d.]+); UperNet-XT ([\d.]+) vs ([\d.]+) mIoU',
+     lambda: (det('nalaformer_xt', 300, 'coco/bbox_mAP'), det('nalaformer_xt', 300, 'coco/segm_mAP'),
+              det('resnet18', 300, 'coco/bbox_mAP'), det('resnet18', 300, 'coco/segm_mAP'),
+              seg('nalaformer_xt', 200), seg('resnet18', 200))),
+    ('parameters and FLOPs', r'T ([\d.]+)M / ([\d.]+)G',
+     lambda: (one(data('flops_table.json')['variants'], model='nalaformer_t')['params'] / 1e6,
+              one(data('flops_table.json')['variants'], model='nalaformer_t')['macs_hybrid'] / 1e9)),
+    (None, r'NaLa training step at 73,728 tokens: ([\d.]+) GiB resident, ([\d.]+) GiB accounted',
+     lambda: (sr_run('large', 'nala', 'train', 73728)['measured']['peak_mb'] / 1024,
+              sr_run('large', 'nala', 'train', 73728)['accounted']['peak_mb'] / 1024)),
+    (None, r'accounted: ([\d.]+) GiB for inference, ([\d.]+) GiB for a training step at 16K',
+     lambda: (sr_run('accounted', 'softmax_explicit', 'infer', 16384)['accounted']['peak_mb'] / 1024,
+              sr_run('accounted', 'softmax_explicit', 'train', 16384)['accounted']['peak_mb'] / 1024)),
+    (None, r'Time on 2 CPU cores at 16,384 tokens \(measured, median; [^)]*\): inference\s+NaLa ([\d.]+) s, SDPA softmax '
+           r'([\d.]+) s \(([\d.]+)x\), window only ([\d.]+) s; training step NaLa ([\d.]+) s, SDPA ([\d.]+) s \(([\d.]+)x\), '
+           r'window\s+only ([\d.]+) s',
+     lambda: tuple(v for mode in ('infer', 'train') for v in (
+         sr_run('16k', 'nala', mode, 16384)['median_ms'] / 1e3, sr_run('16k', 'softmax', mode, 16384)['median_ms'] / 1e3,
+         *sr_ratios('16k', 'softmax', mode, 'time_ratio'), sr_run('16k', 'none', mode, 16384)['median_ms'] / 1e3))),
+]
+
+
+def agrees(printed: str, value: float) -> bool:
+    """``value`` rounds to ``printed`` at its precision ("1,421" within 0.5, "0.39" within 0.005)."""
+    printed = printed.replace(',', '')
+    decimals = len(printed.split('.')[1]) if '.' in printed else 0
+    return abs(float(printed) - value) <= 0.5 * 10 ** -decimals + 1e-9 * abs(value)
+
+
+def tables(text):
+    """Every Markdown table of ``text``: {first header cell: [row cells, ...]}."""
+    found, rows = {}, None
+    for line in text.splitlines() + ['']:
+        if line.startswith('|'):
+            cells = [c.strip() for c in line.strip().strip('|').split(' | ')]
+            if rows is None:
+                rows = found.setdefault(cells[0], [])
+            elif not set(line) <= set('|-: '):
+                rows.append(cells)
+        else:
+            rows = None
+    return found
+
+
+def figures_row(key):
+    rows = [r for r in tables(README.read_text())[FIGURES_TABLE] if r[0].startswith(key)]
+    assert len(rows) == 1, f'README has {len(rows)} rows of the figures table starting with {key!r}'
+    return ' | '.join(rows[0])
+
+
+@pytest.mark.parametrize('where, pattern, values', FIGURES, ids=[f'{w or "README"}: {p[:40]}' for w, p, _ in FIGURES])
+def test_printed_figure_matches_its_data_file(where, pattern, values):
+    text = figures_row(where) if where else README.read_text()
+    matches = list(re.finditer(pattern, text))
+    assert matches, f'README no longer prints {pattern!r}' + (f' in the row {where!r}' if where else '')
+    expected = values()
+    for match in matches:
+        printed = match.groups()
+        assert len(printed) == len(expected), (printed, expected)  # a pattern without groups: the list must be empty
+        wrong = [(p, v) for p, v in zip(printed, expected) if not agrees(p, v)]
+        assert not wrong, f'{match.group(0)!r}: printed / data file: {wrong}'
+
+
+def test_sr_memory_table_is_the_accounting():
+    rows = tables(README.read_text())[SR_TABLE]
+    accounted = data(SR['accounted'])['runs']
+    assert len(rows) == len({(r['mode'], r['tokens']) for r in accounted}) == 6
+    slots = ('nala', 'softmax', 'softmax_explicit', 'none')
+    for mode_name, tokens, *cells in rows:
+        mode, tokens = {'inference': 'infer', 'training step': 'train'}[mode_name], int(tokens.replace(',', ''))
+        gib = [sr_run('accounted', slot, mode, tokens)['accounted']['peak_mb'] / 1024 for slot in slots]
+        ratio = {r['slot']: r['memory_ratio'] for r in data(SR['accounted'])['ratios']
+                 if r['mode'] == mode and r['tokens'] == tokens}
+        expected = [*gib, ratio['softmax_explicit'], ratio['softmax']]
+        printed = [c.rstrip('x') for c in cells]
+        assert all(agrees(p, v) for p, v in zip(printed, expected)), (mode_name, tokens, printed, expected)
+
+
+def test_every_figures_row_has_its_data_file():
+    rows = tables(README.read_text())[FIGURES_TABLE]
+    tied = {w for w, _, _ in FIGURES if w}
+    for cells in rows:
+        if cells[0] in NO_DATA_FILE:
+            continue
+        assert any(cells[0].startswith(w) for w in tied), f'no data file checked for the row {cells[0]!r}'
+        assert re.search(r'docs/[\w./-]+\.json', cells[-1]), f'the row {cells[0]!r} names no data file'
+
+
+def referenced_files(text):
+    """docs/... paths ending in .json or / named in ``text``, with one {a,b} group expanded."""
+    paths = set()
+    for ref in re.findall(r'docs/[\w./{},-]*?(?:\.json|/(?=[`)\s]))', text):
+        brace = re.search(r'\{([^}]*)\}', ref)
+        paths |= {ref[:brace.start()] + alt + ref[brace.end():] for alt in brace.group(1).split(',')} if brace else {ref}
+    return paths
+
+
+def test_referenced_data_files_exist():
+    pages = [README, *sorted(DOCS.glob('*.md'))]
+    refs = {(page.name, ref) for page in pages for ref in referenced_files(page.read_text())}
+    assert ('README.md', 'docs/quick_start.json') in refs and ('README.md', 'docs/sr_photos.json') in refs
+    missing = [(page, ref) for page, ref in refs if not (ROOT / ref).exists()]
+    assert not missing
+
+
+def test_readme_memory_unit_is_gib_only():
+    text = README.read_text()
+    assert not re.findall(r'\b(?:GB|MB|KB)\b', text), 'README states memory in GiB (2^30 bytes) only'
+    assert text.count('GiB (2^30 bytes)') == 1  # said once
+
+
+def test_agrees_compares_at_the_printed_precision():
+    assert agrees('0.39', 0.387) and agrees('44', 44.08) and agrees('1,421', 1421.2) and agrees('14.75', 14.749)
+    assert not agrees('0.40', 0.387) and not agrees('15.10', 14.749) and not agrees('300', 200)
+    row = '| 50 | 49.6 | 64.0 | 0.77 |'
+    assert not agrees(row.split(' | ')[-1].strip(' |'), 49.58 / 63.95)  # the ratio README's dense table once printed
