@@ -27,7 +27,7 @@ from real_images import photos, random_crop, write_photo_imagefolder
 ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = sorted(p for p in (ROOT / 'configs').rglob('*.py') if '_base_' not in p.parts)
 SAMPLES = 4000  # the release's RandAugment reached 0-bit Posterize on about 1 sample in 450
-DENSE_SAMPLES = 2000  # mmseg / mmdet pipelines: about 20-60 ms a sample
+DENSE_SAMPLES = 1000  # mmseg / mmdet pipelines: 20-250 ms a sample (Cityscapes 2048x1024 the slowest)
 PLACE = ('data_root', 'split', 'classes', 'ann_file', 'data_prefix', 'metainfo')  # where the data are, not how
 
 
