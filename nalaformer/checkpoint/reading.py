@@ -85,7 +85,7 @@ def _load_folder(path: Path) -> dict:
     if not config_file.is_file():
         runs = sorted(path.glob('epoch_*.pth')) + sorted(path.glob('iter_*.pth'))
         hint = (f'; it looks like a training work dir: give one of its checkpoints, e.g. {runs[-1]}' if runs else
-                f' (write one with: python tools/convert_checkpoint.py CHECKPOINT {path})')
+                f' (write one with: python3 tools/convert_checkpoint.py CHECKPOINT {path})')
         raise NotACheckpointError(f'{path} is a folder, not a checkpoint: it has no config.json of a timm model '
                                   f'folder{hint}')
     try:

@@ -31,7 +31,7 @@ LR_NAMES = ('{}x{scale}', '{}_LRBI_x{scale}')
 BENCHMARK_LAYOUT = '<data_root>/benchmark/<Set>/HR/*.png + <data_root>/benchmark/<Set>/LR_bicubic/X{s}/*x{s}.png'
 # 8-bit modes PIL converts to RGB without loss of range; 16-bit / float modes would be clipped silently.
 _EIGHT_BIT_MODES = ('1', 'L', 'P', 'RGB', 'RGBA', 'LA', 'CMYK', 'YCbCr')
-_CONVERT_HINT = 'python tools/dataset_converters/bicubic_downsample.py HR_DIR LR_DIR --scales S'
+_CONVERT_HINT = 'python3 tools/dataset_converters/bicubic_downsample.py HR_DIR LR_DIR --scales S'
 
 
 class SRDataError(DatasetError):

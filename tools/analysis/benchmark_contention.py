@@ -92,7 +92,7 @@ def cell(loaded: bool, measure: Callable[[], Dict], keep_going: bool, what: str)
 def main(argv=None) -> int:
     args = parse_args(argv)
     if not (args.data / 'train').is_dir():
-        raise ConfigError(f'{args.data}/train does not exist: run python tools/quick_start.py once '
+        raise ConfigError(f'{args.data}/train does not exist: run python3 tools/quick_start.py once '
                           f'(it writes the data)')
     cores = len(os.sched_getaffinity(0))
     results = dict(cores=cores, epochs=args.epochs, load=load_average(), cells=[])

@@ -370,7 +370,7 @@ def collect(args: argparse.Namespace, runs: List[Dict], command: str) -> Dict:
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     args = parse_args(argv)
-    command = shlex.join(['python', 'tools/analysis/mechanism_study.py', *(sys.argv[1:] if argv is None else argv)])
+    command = shlex.join(['python3', 'tools/analysis/mechanism_study.py', *(sys.argv[1:] if argv is None else argv)])
     jobs = [(m, k, s) for m in args.conv_mixers for k in args.kernels for s in args.seeds]
     runs = []
     if not args.combine:

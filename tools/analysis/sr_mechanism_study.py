@@ -262,7 +262,7 @@ def plot(report: Dict, path: Path) -> None:
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     args = parse_args(argv)
-    command = shlex.join(['python', 'tools/analysis/sr_mechanism_study.py', *(sys.argv[1:] if argv is None else argv)])
+    command = shlex.join(['python3', 'tools/analysis/sr_mechanism_study.py', *(sys.argv[1:] if argv is None else argv)])
     jobs = [(kernel, seed) for kernel in args.kernels for seed in args.seeds]
     if args.combine:
         runs = []
