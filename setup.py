@@ -19,7 +19,9 @@ setup(
     # The oldest versions the package works with. timm: 1.0.31 is the first with the names the models use
     # (timm.layers.get_device_dtype, calculate_drop_path_rates, timm.models._input, Swin's window helpers;
     # 1.0.20-1.0.30 fail at import); requirements.txt pins it, so CI runs the floor (tests/test_dependencies.py).
-    install_requires=['torch>=2.4', 'torchvision', 'timm>=1.0.31', 'safetensors', 'numpy', 'pyyaml', 'tqdm'],
+    # pillow and scikit-image: nalaformer.images (image files, PSNR / SSIM) and the dataset writers
+    install_requires=['torch>=2.4', 'torchvision', 'timm>=1.0.31', 'safetensors', 'numpy', 'pillow', 'scikit-image',
+                      'pyyaml', 'tqdm'],
     extras_require={
         'train': ['mmengine>=0.10,<1.0', 'tensorboard', 'matplotlib'],
         'wandb': ['wandb'],

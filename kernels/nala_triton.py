@@ -1,15 +1,15 @@
 """Fused Triton NaLa attention: custom operators with autograd, and where they can run.
 
-``nala_attention(q, k, v, rope)`` computes exactly what the ``nala`` kernel of
-:mod:`nalaformer.ops.nala` computes (``nala_feature_maps`` + ``linear_attention``, RoPE included)
+``nala_attention(q, k, v, rope)`` computes exactly what :mod:`nalaformer.ops.nala`'s ``nala_attention``
+computes (``nala_feature_maps`` + ``linear_attention``, RoPE included)
 without materialising the (B, heads, N, 2d) feature maps; ``nala_cos_attention`` does the same for
 ``nala_cos``. Shapes: q, k, v (B, heads, N, d) in float16, bfloat16 or float32 (float64 under the
 interpreter); rope (2, N, d); output (B, heads, N, d) in float32 (float64 for float64 inputs).
 Gradients flow to q, k and v.
 
 The ``nala`` / ``nala_cos`` kernels run these when the NaLa backend is ``'fused'`` and
-:func:`unsupported_reason` finds none: :mod:`nalaformer.ops.backend` dispatches, and registers the
-``nala_triton`` / ``nala_cos_triton`` kernels, which always ask for it. This module imports nothing
+:func:`unsupported_reason` finds none: :mod:`nalaformer.ops.backend` dispatches; the ``nala_triton`` /
+``nala_cos_triton`` kernels (:mod:`nalaformer.ops.kernels`) always ask for it. This module imports nothing
 from :mod:`nalaformer.ops`. Triton fixes its mode (compiled or interpreted) when it is first imported
 (``import timm`` already imports it), so ``TRITON_INTERPRET=1`` must be set before that.
 """

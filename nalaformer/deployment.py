@@ -48,7 +48,7 @@ from .checkpoint import Checkpoint, definition_modules, load_checkpoint_into
 from .errors import UserError
 from .models.family import per_stage_kernels
 from .models.nala_swin import NaLaSwinTransformer
-from .ops.nala import AttentionKernel, kernel_function
+from .ops.kernels import AttentionKernel, kernel_function
 from .ops.backend import use_nala_backend
 
 __all__ = [
@@ -101,8 +101,8 @@ def require_export_packages() -> None:
 # ----------------------------------------------------------------------------------------------
 def fused_attn_types(attn_types: AttnTypes) -> List[str]:
     """The names in ``attn_types`` that are another implementation of a kernel (``nala_triton`` -> ``nala``)."""
-    names = [attn_types] if isinstance(attn_types, str) else list(attn_types)
-    return sorted({name for name in names if kernel_function(name)['attn_type'] != name})
+    attn_types = [attn_types] if isinstance(attn_types, str) else list(attn_types)
+    return sorted({attn_type for attn_type in attn_types if kernel_function(attn_type)['attn_type'] != attn_type})
 
 
 def reference_attn_types(attn_types: AttnTypes, kernel_kwargs: KernelKwargs = None
@@ -114,11 +114,11 @@ def reference_attn_types(attn_types: AttnTypes, kernel_kwargs: KernelKwargs = No
     and one (or no) dict for all stages stay one name and one dict; otherwise the result is per stage.
     """
     per_stage = [v for v in (attn_types, kernel_kwargs) if isinstance(v, (list, tuple))]
-    names, kwargs = per_stage_kernels(attn_types, kernel_kwargs, len(per_stage[0]) if per_stage else 1)
-    functions = [kernel_function(name, kw) for name, kw in zip(names, kwargs)]
-    names = tuple(function.pop('attn_type') for function in functions)
-    kwargs = tuple(function or None for function in functions)
-    return (names, kwargs) if per_stage else (names[0], kwargs[0])
+    attn_types, kernel_kwargs = per_stage_kernels(attn_types, kernel_kwargs, len(per_stage[0]) if per_stage else 1)
+    functions = [kernel_function(attn_type, kwargs) for attn_type, kwargs in zip(attn_types, kernel_kwargs)]
+    attn_types = tuple(function.pop('attn_type') for function in functions)
+    kernel_kwargs = tuple(function or None for function in functions)
+    return (attn_types, kernel_kwargs) if per_stage else (attn_types[0], kernel_kwargs[0])
 
 
 def _replace_fused(model_args: Mapping, where: str) -> Tuple[dict, Tuple[str, ...]]:
@@ -136,7 +136,7 @@ def _replace_fused(model_args: Mapping, where: str) -> Tuple[dict, Tuple[str, ..
 def _check_not_fused(attn_types: AttnTypes) -> None:
     fused = fused_attn_types(attn_types)
     if fused:
-        same = ', '.join(f'{name!r} -> {kernel_function(name)["attn_type"]!r}' for name in fused)
+        same = ', '.join(f'{attn_type!r} -> {kernel_function(attn_type)["attn_type"]!r}' for attn_type in fused)
         raise ExportError(f'fused kernel {", ".join(map(repr, fused))} cannot be exported to ONNX (its Triton '
                           f'operator has no ONNX translation): ask for the PyTorch kernel that computes the same '
                           f'function instead ({same}), e.g. --attn-types {kernel_function(fused[0])["attn_type"]}')
@@ -247,7 +247,7 @@ def config_target(path: str, attn_types: Optional[AttnTypes] = None, checkpoint:
     from mmengine.config import Config
     from mmengine.registry import MODELS, DefaultScope
 
-    from .engine.classifier import TimmClassifier
+    from .classification import TimmClassifier
     from .engine.launch import check_model_keywords, model_spec
 
     cfg = Config.fromfile(path)

@@ -24,7 +24,7 @@
 #   train_fp16 50     the train_bf16 step with AMP fp16 (GradScaler), 1 + 3 steps each: losses finite
 #   sr 60             the whole NaLa-SR x2 network (nalasr_light), batch 1, LR 128x128 and 256x288 (16,384 and
 #                     73,728 tokens), inference and training step, global slot nala / SDPA / explicit softmax /
-#                     none, fp32 and bf16: CUDA max memory and latency (tools/analysis/benchmark_sr.py; a run that
+#                     none, fp32 and bf16: CUDA max memory and latency (tools/analysis/benchmark.py sr; a run that
 #                     does not fit the GPU is reported 'out of memory', not accounted on fake tensors, for time)
 #   summary 10        tools/analysis/gpu_acceptance_summary.py
 # The benchmarks run with --keep-going: a method or model that fails has its error in its row (and the log), the
@@ -52,7 +52,7 @@ step() {  # step NAME BUDGET COMMAND...: COMMAND under timeout, its output logge
     printf '%s\t%d\t%d\t%d\n' "$name" "$rc" $((SECONDS - start)) "$budget" >>"$WORK/steps.tsv"
     echo "== $name: exit $rc after $((SECONDS - start)) s" | tee -a "$LOG"
 }
-TRAIN=(python3 tools/analysis/benchmark.py --device cuda --mode train --sizes 224 --batch-sizes 64
+TRAIN=(python3 tools/analysis/benchmark.py model --device cuda --mode train --sizes 224 --batch-sizes 64
        --models nalaformer_t fused:nalaformer_t --keep-going)
 
 [[ -d .gpu_bundle ]] || echo "no .gpu_bundle/: run scripts/prepare_gpu_bundle.sh where PyPI is reachable and carry it" \
@@ -76,17 +76,17 @@ print("python", sys.version.split()[0], "torch", torch.__version__, "triton", tr
       "mmengine", mmengine.__version__, "mmseg", mmseg.__version__,
       "| CUDA:", torch.cuda.is_available() and torch.cuda.get_device_name())'
 
-step kernels 100 python3 tools/analysis/benchmark_kernels.py --device cuda --dtype bfloat16 --check \
+step kernels 100 python3 tools/analysis/benchmark.py kernels --device cuda --dtype bfloat16 --check \
     --shapes 64x1x3136x64 8x1x16384x64 2x1x65536x64 --methods fused torch sdpa --warmup 5 --repeats 20 --keep-going \
     --out-dir "$WORK/kernels"
 step train_bf16 120 "${TRAIN[@]}" --amp bf16 --warmup 3 --repeats 10 \
     --out-json "$WORK/train_bf16.json" --out-png "$WORK/train_bf16.png"
 step kernel_tests 110 python3 -m pytest -q tests/test_triton_kernels.py --junitxml="$WORK/kernel_tests.xml"
-step upernet_bf16 55 python3 tools/analysis/benchmark_segmentor.py --device cuda --amp bf16 --size 512 \
+step upernet_bf16 55 python3 tools/analysis/benchmark.py segmentor --device cuda --amp bf16 --size 512 \
     --warmup 2 --repeats 5 --out-json "$WORK/upernet_bf16.json"
 step train_fp16 50 "${TRAIN[@]}" --amp fp16 --warmup 1 --repeats 3 --no-memory \
     --out-json "$WORK/train_fp16.json" --out-png "$WORK/train_fp16.png"
-step sr 60 python3 tools/analysis/benchmark_sr.py --device cuda --amp none bf16 --sizes 128x128 256x288 \
+step sr 60 python3 tools/analysis/benchmark.py sr --device cuda --amp none bf16 --sizes 128x128 256x288 \
     --account none --warmup 1 --repeats 3 --keep-going --out-dir "$WORK/sr"
 step summary 10 python3 tools/analysis/gpu_acceptance_summary.py "$WORK" --out-dir "$OUT"
 

@@ -1,4 +1,4 @@
-"""tools/analysis/benchmark.py: a tiny end-to-end run, its statistics and its error handling."""
+"""tools/analysis/benchmark.py model, op and segmentor: tiny end-to-end runs, their statistics and error handling."""
 import json
 import subprocess
 import sys
@@ -7,7 +7,12 @@ from pathlib import Path
 import pytest
 
 from analysis_tools import load_tool
+from nalaformer.analysis.benchmarks import model as bench
+from nalaformer.analysis.benchmarks import op
+from nalaformer.analysis.memory import memory_env
+from nalaformer.analysis.models import ModelSpec, create_model, parse_entry
 from nalaformer.analysis.results import add_ratios
+from nalaformer.analysis.steps import AMP_DTYPES, backend_context
 from nalaformer.analysis.steps import loss_summary
 from nalaformer.analysis.timing import summarize, timed
 from nalaformer.errors import run_tool
@@ -17,7 +22,7 @@ BENCHMARK = ROOT / 'tools' / 'analysis' / 'benchmark.py'
 
 
 @pytest.fixture(scope='module')
-def bench():
+def tool():
     return load_tool('benchmark')
 
 
@@ -29,7 +34,7 @@ def run(*args):
 def test_tiny_run_writes_json_and_png(tmp_path):
     out_json, out_png = tmp_path / 'bench.json', tmp_path / 'bench.png'
     # deit's 16x16 patches cannot cover an 8-pixel-wide image: with --keep-going that row records the error
-    proc = run('--models', 'nalaformer_xt', 'deit_small_patch16_224', '--sizes', '32', '16x8', '--repeats', 1,
+    proc = run('model', '--models', 'nalaformer_xt', 'deit_small_patch16_224', '--sizes', '32', '16x8', '--repeats', 1,
                '--warmup', 1, '--device', 'cpu', '--keep-going', '--out-json', out_json, '--out-png', out_png)
     assert proc.returncode == 0, proc.stderr
     report = json.loads(out_json.read_text())
@@ -51,10 +56,10 @@ def test_tiny_run_writes_json_and_png(tmp_path):
     assert out_png.read_bytes()[:8] == b'\x89PNG\r\n\x1a\n'
 
 
-def test_a_failing_row_stops_the_benchmark_with_its_error(bench, tmp_path):
+def test_a_failing_row_stops_the_benchmark_with_its_error(tool, tmp_path):
     out_json = tmp_path / 'bench.json'
     with pytest.raises(RuntimeError, match="Kernel size can't be greater") as failure:
-        bench.main(['--models', 'nalaformer_xt', 'deit_small_patch16_224', '--sizes', '16x8', '--repeats', '1',
+        tool.main(['model', '--models', 'nalaformer_xt', 'deit_small_patch16_224', '--sizes', '16x8', '--repeats', '1',
                     '--warmup', '1', '--device', 'cpu', '--no-memory', '--out-json', str(out_json),
                     '--out-png', str(tmp_path / 'bench.png')])
     assert any('deit_small_patch16_224 at 16x8 b1 failed' in note and '--keep-going' in note
@@ -62,12 +67,20 @@ def test_a_failing_row_stops_the_benchmark_with_its_error(bench, tmp_path):
     assert not out_json.exists()
 
 
-def test_train_mode_step_keeps_its_losses(bench):
+def test_timed_gives_the_duration_of_one_call_in_ms():
+    import time
+
     import torch
-    from nalaformer.analysis.models import ModelSpec
+    calls = []
+    ms = timed(lambda: (calls.append(1), time.sleep(0.05)), torch.device('cpu'))
+    assert calls == [1] and 50 <= ms < 500
+
+
+def test_train_mode_step_keeps_its_losses():
+    import torch
     step = bench.make_step(ModelSpec('nalaformer_xt'), (32, 32), 2, 'train', torch.device('cpu'))
     step()
-    assert timed(step, torch.device('cpu')) > 0
+    step()
     assert len(step.losses) == 2 and step.losses[0].dim() == 0
     summary = loss_summary(step.losses)
     assert summary['losses_finite'] and summary['final_loss'] == pytest.approx(float(step.losses[-1]))
@@ -76,34 +89,33 @@ def test_train_mode_step_keeps_its_losses(bench):
     assert loss_summary([]) == {}  # inference
 
 
-def watch_models(bench, monkeypatch, watch):
+def watch_models(monkeypatch, watch):
     """The tool's models are handed to ``watch(model)`` as they are built."""
-    create_model = bench.create_model
+    create = bench.create_model
 
     def create_watched_model(*args, **kwargs):
-        model = create_model(*args, **kwargs)
+        model = create(*args, **kwargs)
         watch(model)
         return model
     monkeypatch.setattr(bench, 'create_model', create_watched_model)
 
 
 @pytest.mark.parametrize('amp', ['bf16', 'fp16'])  # fp16 also through the GradScaler
-def test_amp_train_step_runs_forward_in_the_autocast_dtype(bench, monkeypatch, amp):
+def test_amp_train_step_runs_forward_in_the_autocast_dtype(monkeypatch, amp):
     import torch
-    from nalaformer.analysis.models import ModelSpec
     dtypes = []
-    watch_models(bench, monkeypatch,
+    watch_models(monkeypatch,
                  lambda model: model.head.register_forward_hook(lambda module, args, out: dtypes.append(out.dtype)))
     tiny = ModelSpec('nalaformer_xt', dict(embed_dims=(16, 32, 48, 64), depths=(1, 1, 1, 1), num_heads=(1, 2, 3, 4),
                                           num_classes=10))  # fp16 matrix products are slow on CPU
     step = bench.make_step(tiny, (32, 32), 2, 'train', torch.device('cpu'), amp=amp)
     step()
-    assert dtypes == [bench.AMP_DTYPES[amp]] and loss_summary(step.losses)['losses_finite']
+    assert dtypes == [AMP_DTYPES[amp]] and loss_summary(step.losses)['losses_finite']
 
 
-def test_train_run_reports_losses_and_amp(bench, tmp_path, capsys):
+def test_train_run_reports_losses_and_amp(tool, tmp_path, capsys):
     out_json = tmp_path / 'train.json'
-    assert bench.main(['--mode', 'train', '--amp', 'bf16', '--models', 'nalaformer_xt', '--sizes', '32',
+    assert tool.main(['model', '--mode', 'train', '--amp', 'bf16', '--models', 'nalaformer_xt', '--sizes', '32',
                        '--batch-sizes', '2', '--repeats', '2', '--warmup', '1', '--no-memory', '--device', 'cpu',
                        '--out-json', str(out_json), '--out-png', str(tmp_path / 'train.png')]) == 0
     report = json.loads(out_json.read_text())
@@ -114,18 +126,18 @@ def test_train_run_reports_losses_and_amp(bench, tmp_path, capsys):
 
 
 @pytest.mark.parametrize('args, message', [
-    (['--models', 'swin_tiny_patch4_windw7_224'], 'swin_tiny_patch4_window7_224'),
+    (['--models', 'swin_tiny_patch4_windw7_224'], "unknown timm model 'swin_tiny_patch4_windw7_224'"),
     (['--sizes', '224x'], 'bad image size'),
     (['--sizes', '224', '448', '--batch-sizes', '1', '2', '3'], '--batch-sizes'),
     (['--models', 'convnext_tiny', '--baseline', 'resnet50'], '--baseline'),
 ])
-def test_user_errors_exit_2(bench, args, message, capfd):
-    assert run_tool(bench.main, [*args, '--repeats', '1']) == 2
+def test_user_errors_exit_2(tool, args, message, capfd):
+    assert run_tool(tool.main, ['model', *args, '--repeats', '1']) == 2
     stderr = capfd.readouterr().err
     assert message in stderr and 'Traceback' not in stderr
 
 
-def test_statistics(bench):
+def test_statistics():
     stats = summarize([4.0, 1.0, 3.0, 2.0, 5.0], batch=2)
     assert (stats['median_ms'], stats['q1_ms'], stats['q3_ms'], stats['min_ms'], stats['max_ms']) == (3, 2, 4, 1, 5)
     assert stats['throughput'] == pytest.approx(2 / 3e-3)
@@ -142,39 +154,39 @@ def test_statistics(bench):
     assert growth['lin'][0]['peak_memory_per_4x_pixels'] == pytest.approx(4)
 
 
-def test_backend_prefixes_run_our_model_on_that_nala_backend(bench, monkeypatch):
+def test_backend_prefixes_run_our_model_on_that_nala_backend(monkeypatch):
     import torch
     import nalaformer.ops
-    from nalaformer.ops.nala import AttentionKernel
-    spec, variant = bench.parse_entry("reference:nalaformer_xt(attn_types='nala')")
-    assert variant == 'reference' and spec.name == 'nalaformer_xt' and spec.kwargs == {'attn_types': 'nala'}
+    from nalaformer.ops import AttentionKernel
+    spec, implementation = parse_entry("reference:nalaformer_xt(attn_types='nala')")
+    assert implementation == 'reference' and spec.arch == 'nalaformer_xt' and spec.kwargs == {'attn_types': 'nala'}
     assert spec.label == "reference:nalaformer_xt(attn_types='nala')"
-    assert bench.parse_entry('fused:nalaformer_xt')[1] == 'fused'
-    assert bench.parse_entry('nalaformer_xt') == (bench.ModelSpec('nalaformer_xt'), None)
+    assert parse_entry('fused:nalaformer_xt')[1] == 'fused'
+    assert parse_entry('nalaformer_xt') == (ModelSpec('nalaformer_xt'), None)
     seen = []
 
     def record_backends(model):  # every attention kernel notes the backend it runs on
         for module in model.modules():
             if isinstance(module, AttentionKernel):
                 module.register_forward_pre_hook(lambda *_: seen.append(nalaformer.ops.nala_backend()))
-    watch_models(bench, monkeypatch, record_backends)
-    bench.make_step(spec, (32, 32), 1, 'infer', torch.device('cpu'), variant)()
+    watch_models(monkeypatch, record_backends)
+    bench.make_step(spec, (32, 32), 1, 'infer', torch.device('cpu'), implementation)()
     assert seen and set(seen) == {'reference'} and nalaformer.ops.nala_backend() == 'torch'
     seen.clear()
     bench.make_step(spec, (32, 32), 1, 'infer', torch.device('cpu'))()
     assert seen and set(seen) == {'torch'}
-    with bench.backend_context('fused')():
+    with backend_context('fused')():
         assert nalaformer.ops.nala_backend() == 'fused'
     assert nalaformer.ops.nala_backend() == 'torch'
 
 
 @pytest.mark.slow
 def test_release_models_need_the_release_file():
-    proc = run('--models', 'release:nalaformer_xt', '--sizes', '32', '--repeats', 1, '--no-memory')
+    proc = run('model', '--models', 'release:nalaformer_xt', '--sizes', '32', '--repeats', 1, '--no-memory')
     assert proc.returncode == 2 and '--release-file' in proc.stderr and 'Traceback' not in proc.stderr
 
 
-def test_release_model_gets_our_architecture_and_weights(bench, tmp_path):
+def test_release_model_gets_our_architecture_and_weights(tmp_path):
     """A stand-in for the release's NALA.py (never kept here) records what the tool builds from it."""
     stand_in = tmp_path / 'NALA.py'
     stand_in.write_text(
@@ -185,9 +197,9 @@ def test_release_model_gets_our_architecture_and_weights(bench, tmp_path):
         '        self.kwargs = kwargs\n'
         '    def load_state_dict(self, state_dict, strict=True):\n'
         '        self.loaded = dict(state_dict)\n')
-    from nalaformer.analysis.models import create_model
-    ours = create_model(bench.ModelSpec('nalaformer_xt'))
-    release = bench.release_model(ours, stand_in)
+    from nalaformer.analysis.release import release_model
+    ours = create_model(ModelSpec('nalaformer_xt'))
+    release = release_model(ours, stand_in)
     kw = release.kwargs
     assert kw['embed_dims'] == [32, 64, 128, 384] and kw['depths'] == [2, 2, 2, 2] and kw['num_heads'] == [1, 2, 4, 12]
     assert kw['mlp_ratios'] == [3.5] * 4 and kw['flagss'] == [['l'] * 2, ['l'] * 2, ['v'] * 2, ['v'] * 2]
@@ -195,13 +207,10 @@ def test_release_model_gets_our_architecture_and_weights(bench, tmp_path):
     assert release.loaded.keys() == ours.state_dict().keys()
 
 
-NALA_OP = ROOT / 'tools' / 'analysis' / 'benchmark_nala_op.py'
-
-
 @pytest.mark.slow
 def test_nala_op_benchmark_tiny_run(tmp_path):
     out = tmp_path / 'op.json'
-    proc = subprocess.run([sys.executable, NALA_OP, '--sides', '4', '--modes', 'forward_backward', '--repeats', '2',
+    proc = subprocess.run([sys.executable, BENCHMARK, 'op', '--sides', '4', '--modes', 'forward_backward', '--repeats', '2',
                            '--warmup', '1', '--out-json', out], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     report = json.loads(out.read_text())
@@ -213,9 +222,9 @@ def test_nala_op_benchmark_tiny_run(tmp_path):
     assert rows['reference']['latency_ratio'] == 1.0
 
 
-def test_block_benchmark_tiny_run_and_softmax_skip(tmp_path):
+def test_block_benchmark_tiny_run_and_softmax_skip(tool, tmp_path):
     out = tmp_path / 'block.json'
-    proc = subprocess.run([sys.executable, NALA_OP, '--what', 'block', '--tokens', '35', '--repeats', '1',
+    proc = subprocess.run([sys.executable, BENCHMARK, 'op', '--what', 'block', '--tokens', '35', '--repeats', '1',
                            '--warmup', '0', '--no-memory', '--out-json', out], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     report = json.loads(out.read_text())
@@ -223,34 +232,28 @@ def test_block_benchmark_tiny_run_and_softmax_skip(tmp_path):
     assert all(r['status'] == 'ok' and r['size'] == 35 for r in report['results'])
     assert report['meta']['grids'] == {'35': [5, 7]}
 
-    tool = load_tool('benchmark_nala_op')
-    args = tool.parse_args(['--what', 'block'])
-    assert tool.block_skip_reason('softmax', args, 10 ** 6).startswith('skipped')  # an 8 TB N x N matrix
-    assert tool.block_skip_reason('sdpa', args, 10 ** 6) is None
+    args = tool.parse_args(['op', '--what', 'block'])
+    assert op.block_skip_reason('softmax', args, 10 ** 6).startswith('skipped')  # an 8 TB N x N matrix
+    assert op.block_skip_reason('sdpa', args, 10 ** 6) is None
 
 
-def test_memory_workers_run_with_glibc_defaults_or_a_fixed_mmap_threshold(bench, monkeypatch):
+def test_memory_workers_run_with_glibc_defaults_or_a_fixed_mmap_threshold(monkeypatch):
     monkeypatch.setenv('MALLOC_MMAP_MAX_', '0')
-    assert 'MALLOC_MMAP_MAX_' not in bench.memory_env() and 'MALLOC_MMAP_THRESHOLD_' not in bench.memory_env()
-    assert bench.memory_env(131072)['MALLOC_MMAP_THRESHOLD_'] == '131072'
+    assert 'MALLOC_MMAP_MAX_' not in memory_env() and 'MALLOC_MMAP_THRESHOLD_' not in memory_env()
+    assert memory_env(131072)['MALLOC_MMAP_THRESHOLD_'] == '131072'
 
 
 UPERNET_T = ROOT / 'configs' / 'ade20k' / 'upernet_nalaformer-t_8xb2-160k_ade20k-512x512.py'
 
 
-@pytest.fixture(scope='module')
-def segmentor_tool():
-    return load_tool('benchmark_segmentor')
-
-
-def test_segmentor_benchmark_trains_the_configs_model_with_amp(segmentor_tool, tmp_path):
+def test_segmentor_benchmark_trains_the_configs_model_with_amp(tool, tmp_path):
     config = tmp_path / 'upernet_tiny.py'  # UperNet-T's config with a tiny backbone and heads
     config.write_text(f"_base_ = ['{UPERNET_T}']\n"
                       "model = dict(backbone=dict(embed_dims=[16, 32, 48, 64], depths=[1, 1, 1, 1], "
                       "num_heads=[1, 2, 3, 4]), decode_head=dict(in_channels=[16, 32, 48, 64], channels=32), "
                       "auxiliary_head=dict(in_channels=48, channels=16))\n")
     out = tmp_path / 'seg.json'
-    assert segmentor_tool.main(['--config', str(config), '--device', 'cpu', '--size', '32x48', '--amp', 'bf16',
+    assert tool.main(['segmentor', '--config', str(config), '--device', 'cpu', '--size', '32x48', '--amp', 'bf16',
                                 '--backend', 'reference', '--warmup', '1', '--repeats', '2',
                                 '--out-json', str(out)]) == 0
     report = json.loads(out.read_text())
@@ -268,7 +271,7 @@ def test_segmentor_benchmark_trains_the_configs_model_with_amp(segmentor_tool, t
      'not a segmentation config'),
     (['--config', 'missing.py', '--device', 'cpu'], 'does not exist'),
 ])
-def test_segmentor_benchmark_user_errors_exit_2(segmentor_tool, args, message, capsys):
-    assert run_tool(segmentor_tool.main, [*args, '--repeats', '1']) == 2
+def test_segmentor_benchmark_user_errors_exit_2(tool, args, message, capsys):
+    assert run_tool(tool.main, ['segmentor', *args, '--repeats', '1']) == 2
     last = capsys.readouterr().err.strip().splitlines()[-1]  # (after mmengine's warnings)
     assert last.startswith('error: ') and message in last

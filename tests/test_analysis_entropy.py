@@ -9,10 +9,10 @@ import pytest
 import torch
 
 from nalaformer.analysis.entropy import (
-    KERNELS, attention_entropy, attention_probs, capture_qk, entropy, norm_sweep, pearson, spearman,
+    ATTN_TYPES, attention_entropy, attention_probs, capture_qk, entropy, norm_sweep, pearson, spearman,
 )
 from nalaformer.analysis.models import ModelSpec, create_model
-from nalaformer.ops.nala import ATTENTION_KERNELS, build_attention_kernel, rope_table
+from nalaformer.ops import ATTENTION_KERNELS, build_attention_kernel, rope_table
 
 ROOT = Path(__file__).resolve().parents[1]
 TOOLS = ROOT / 'tools' / 'analysis'
@@ -38,7 +38,7 @@ def test_three_keys_by_hand():
     assert relu.item() == pytest.approx(expected) and softmax.item() == pytest.approx(expected)
 
 
-@pytest.mark.parametrize('kernel', KERNELS)
+@pytest.mark.parametrize('kernel', ATTN_TYPES)
 def test_chunked_equals_naive(kernel):
     q, k = torch.randn(2, 3, 50, 16, dtype=torch.float64), torch.randn(2, 3, 50, 16, dtype=torch.float64)
     full = attention_probs(kernel, q, k)  # (2, 3, 50, 50): the naive N x N matrix
@@ -47,7 +47,7 @@ def test_chunked_equals_naive(kernel):
     assert torch.allclose(full.sum(-1), torch.ones(2, 3, 50, dtype=torch.float64))
 
 
-@pytest.mark.parametrize('kernel', KERNELS)
+@pytest.mark.parametrize('kernel', ATTN_TYPES)
 def test_probs_are_the_model_kernels_attention(kernel):
     """With RoPE at angle 0 (identity), each registered kernel's output is A @ v."""
     q, k, v = (torch.randn(1, 2, 24, 16, dtype=torch.float64) for _ in range(3))
@@ -57,10 +57,10 @@ def test_probs_are_the_model_kernels_attention(kernel):
 
 
 def test_kernels_are_softmax_and_every_kernel_with_feature_maps():
-    assert KERNELS[0] == 'softmax' and len(set(KERNELS)) == len(KERNELS)
-    assert {'nala', 'nala_cos', 'const_power', 'relu', 'elu', 'focused'} <= set(KERNELS)
+    assert ATTN_TYPES[0] == 'softmax' and len(set(ATTN_TYPES)) == len(ATTN_TYPES)
+    assert {'nala', 'nala_cos', 'const_power', 'relu', 'elu', 'focused'} <= set(ATTN_TYPES)
     without_feature_maps = ('softmax', 'softmax_explicit', 'polarity')
-    assert set(KERNELS[1:]) == {name for name in ATTENTION_KERNELS if name not in without_feature_maps}
+    assert set(ATTN_TYPES[1:]) == {name for name in ATTENTION_KERNELS if name not in without_feature_maps}
 
 
 def test_entropy_uses_each_kernels_own_feature_maps_and_arguments():
@@ -125,7 +125,7 @@ def test_capture_qk():
 def test_tools_write_outputs(tmp_path):
     png, js, vis = tmp_path / 'entropy.png', tmp_path / 'entropy.json', tmp_path / 'map.png'
     common = ['--model', 'nalaformer_xt', '--size', '64']
-    proc = subprocess.run([sys.executable, TOOLS / 'attention_entropy.py', *common, '--kernels', 'softmax', 'relu',
+    proc = subprocess.run([sys.executable, TOOLS / 'attention_entropy.py', *common, '--attn-types', 'softmax', 'relu',
                            'nala', '--sweep-steps', '3', '--sweep-queries', '16', '--out', png, '--json', js],
                           capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr

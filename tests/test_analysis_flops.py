@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 
 from nalaformer.analysis.flops import count_flops, model_flops, variant_rows
-from nalaformer.analysis.models import ModelSpec, ModelSpecError, create_model, model_parameters, parse_model_spec
+from nalaformer.analysis.models import ModelSpec, ModelSpecError, create_model, parse_model_spec
+from nalaformer.engine.model_spec import UnknownModelError
 from nalaformer.models.layers import NaLaAttention
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -69,52 +70,29 @@ def test_meta_and_cpu_counts_agree_on_a_model():
     assert meta.macs == cpu.macs and meta.params == cpu.params == 6_142_248
 
 
-def test_config_files(tmp_path):
-    plain = tmp_path / 'plain.py'
-    plain.write_text("model = dict(type='nalaformer_xt', attn_types='nala', init_cfg=None)\n")
-    spec = parse_model_spec(str(plain))
-    assert (spec.name, spec.kwargs) == ('nalaformer_xt', {'attn_types': 'nala'})
-    backbone = tmp_path / 'backbone.py'
-    backbone.write_text("model = dict(type='ImageClassifier', backbone=dict(type='mmpretrain.TIMMBackbone', "
-                        "model_name='nalaformer_t', features_only=True, drop_path_rate=0.2))\n")
-    spec = parse_model_spec(str(backbone))
-    assert (spec.name, spec.kwargs) == ('nalaformer_t', {'drop_path_rate': 0.2}) and 'backbone only' in spec.label
-    ours = tmp_path / 'ours.py'  # this project's TimmClassifier layout (configs/_base_/models/nalaformer.py)
-    ours.write_text("model = dict(type='TimmClassifier', arch='nalaformer_s', attn_types='nala', label_smoothing=0.1,"
-                    " mixup=dict(mixup_alpha=0.8))\n")
-    spec = parse_model_spec(str(ours))
-    assert (spec.name, spec.kwargs) == ('nalaformer_s', {'attn_types': 'nala'})
-
-
-def test_the_wrappers_keys_are_told_from_the_models_by_its_signature(tmp_path):
-    """Every argument of our TimmClassifier / NaLaBackbone (loading options included) stays out of the model's
-    kwargs; what the model's class takes goes in."""
+def test_config_files_ask_the_task_wrapper(tmp_path):
+    """A config's timm model is what its wrapper builds: the wrapper's own arguments (loading options included) stay
+    out of the model's kwargs; for a dense config, the backbone only."""
     import inspect
-    from nalaformer.dense import NaLaBackbone
-    from nalaformer.engine import TimmClassifier
-    assert {'attn_types', 'drop_path_rate'} <= model_parameters('nalaformer_xt')
-    assert not {'pretrained_ema', 'accept_definition_change', 'pretrained'} & model_parameters('nalaformer_xt')
-    for wrapper in (TimmClassifier, NaLaBackbone):
-        own = {name: None for name in inspect.signature(wrapper).parameters if name not in ('arch', 'model_kwargs')}
-        config = tmp_path / f'{wrapper.__name__}.py'
-        config.write_text(f"model = dict(type='{wrapper.__name__}', arch='nalaformer_xt', attn_types='nala', "
-                          f"drop_path_rate=0.1, **{own!r})\n")
-        spec = parse_model_spec(str(config))
-        assert (spec.name, spec.kwargs) == ('nalaformer_xt', {'attn_types': 'nala', 'drop_path_rate': 0.1})
-    assert {'pretrained_ema', 'accept_definition_change'} <= set(inspect.signature(TimmClassifier).parameters)
-
-
-def test_inherited_config_without_mmengine_says_so(tmp_path, monkeypatch):
-    monkeypatch.setitem(sys.modules, 'mmengine', None)  # as if mmengine were not installed
-    monkeypatch.setitem(sys.modules, 'mmengine.config', None)
-    inherited = tmp_path / 'inherited.py'
-    inherited.write_text("_base_ = ['./plain.py']\n")
-    with pytest.raises(ModelSpecError, match='mmengine'):
-        parse_model_spec(str(inherited))
+    from nalaformer.classification.model import TimmClassifier
+    own = {name: None for name in inspect.signature(TimmClassifier).parameters if name not in ('arch', 'model_kwargs')}
+    config = tmp_path / 'classifier.py'
+    config.write_text("custom_imports = dict(imports=['nalaformer.classification'])\n"
+                      f"model = dict(type='TimmClassifier', arch='nalaformer_xt', attn_types='nala', drop_path_rate=0.1, "
+                      f"**{own!r})\n")
+    spec = parse_model_spec(str(config))
+    assert (spec.arch, spec.kwargs) == ('nalaformer_xt', {'attn_types': 'nala', 'drop_path_rate': 0.1})
+    assert spec.label == 'classifier.py: nalaformer_xt'
+    spec = parse_model_spec(str(ROOT / 'configs' / 'ade20k' / 'upernet_nalaformer-t_8xb2-160k_ade20k-512x512.py'))
+    assert spec.arch == 'nalaformer_t' and spec.label.endswith('(backbone only)')
+    plain = tmp_path / 'plain.py'  # no wrapper of this project: not read as a guess
+    plain.write_text("model = dict(type='nalaformer_xt', attn_types='nala')\n")
+    with pytest.raises(ModelSpecError, match='no task wrapper'):
+        parse_model_spec(str(plain))
 
 
 def test_spec_errors():
-    with pytest.raises(ModelSpecError, match='nalaformer_t'):
+    with pytest.raises(UnknownModelError, match="unknown timm model 'nalaformer_tt'"):
         parse_model_spec('nalaformer_tt')
     with pytest.raises(ModelSpecError, match='key=value'):
         parse_model_spec("nalaformer_t('nala')")
@@ -129,4 +107,4 @@ def test_cli(tmp_path):
     report = json.loads(out.read_text())['model']
     assert report['params'] == 6_142_248 and report['input_shape'] == [1, 3, 96, 128]
     bad = subprocess.run([sys.executable, GET_FLOPS, 'nalaformer_q'], capture_output=True, text=True)
-    assert bad.returncode == 2 and 'close names' in bad.stderr and 'Traceback' not in bad.stderr
+    assert bad.returncode == 2 and 'similar names' in bad.stderr and 'Traceback' not in bad.stderr

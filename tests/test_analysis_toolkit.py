@@ -1,5 +1,8 @@
 """The measurement toolkit of the benchmarks (nalaformer/analysis: timing, results, memory, grids) and the errors
 of the analysis tools: what fails, what is recorded, what a user reads."""
+import os
+from pathlib import Path
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -52,38 +55,34 @@ def test_running_out_of_memory_is_a_result_not_a_failure():
     assert attempt(lambda: 5, keep_going=False, what='x') == 5
 
 
-def test_memory_workers_report_their_result_or_their_error(tmp_path):
-    worker = tmp_path / 'worker.py'
-    worker.write_text('import json, sys\n'
-                      'job = json.loads(sys.argv[2])\n'
-                      'if job["fail"]:\n'
-                      '    raise ValueError(f"cannot measure {job[\'name\']}")\n'
-                      'print("log line")\n'
-                      'print(json.dumps(dict(peak_mb=job["name"])))\n')
-    assert run_memory_worker(worker, dict(name='x', fail=False), {}) == dict(peak_mb='x')
-    with pytest.raises(ProcessFailed, match=r'^memory worker worker.py exited 1: ValueError: cannot measure y\n'):
-        run_memory_worker(worker, dict(name='y', fail=True), {})
+def test_memory_workers_report_their_result_or_their_error():
+    env = {**os.environ, 'PYTHONPATH': str(Path(__file__).parent)}  # the worker, found by its module's name
+    assert run_memory_worker(token_grid_worker, dict(tokens=35), env) == dict(grid=[5, 7])
+    with pytest.raises(ProcessFailed, match=r'^memory worker token_grid_worker exited 1: KeyError: .tokens.\n'):
+        run_memory_worker(token_grid_worker, dict(), env)
 
 
-ITERATION_MEMORY_WORKER = """
-import json
-import torch
-from nalaformer.analysis.memory import iteration_memory_mb, worker_memory
-held = []
-def step():  # each call keeps 8 MiB more
-    held.append(torch.ones(2 ** 21))
-print(json.dumps(dict(warmup=iteration_memory_mb(step, torch.device('cpu'), 0.0, warmup=1, iterations=2),
-                      build=(held.clear(), worker_memory(lambda: step, torch.device('cpu'), warmup=1, iterations=2,
-                                                         extra_since='build'))[1])))
-"""
+def token_grid_worker(job):  # run in a fresh process by module and name
+    print('log line')
+    return dict(grid=list(token_grid(job['tokens'])))
+
+
+def iteration_memory_worker(job):
+    from nalaformer.analysis.memory import iteration_memory_mb, worker_memory
+    held = []
+
+    def step():  # each call keeps 8 MiB more
+        held.append(torch.ones(2 ** 21))
+    warmup = iteration_memory_mb(step, CPU, 0.0, warmup=1, iterations=2)
+    held.clear()
+    return dict(warmup=warmup, build=worker_memory(lambda: step, CPU, warmup=1, iterations=2, extra_since='build'))
 
 
 @pytest.mark.slow
-def test_iteration_memory_counts_from_the_warm_up_or_from_the_build(tmp_path):
-    worker = tmp_path / 'worker.py'
-    worker.write_text(ITERATION_MEMORY_WORKER)
+def test_iteration_memory_counts_from_the_warm_up_or_from_the_build():
     # a fixed mmap threshold: every 8 MiB tensor is mapped fresh and unmapped when freed
-    memory = run_memory_worker(worker, {}, memory_env(131072))
+    memory = run_memory_worker(iteration_memory_worker, {},
+                               {**memory_env(131072), 'PYTHONPATH': str(Path(__file__).parent)})
     if memory['warmup']['extra_mb'] is None:
         pytest.skip('this kernel refuses to reset VmHWM (/proc/self/clear_refs)')
     assert memory['warmup']['extra_mb'] == pytest.approx(16, abs=2)  # the two counted calls
@@ -112,8 +111,8 @@ def test_a_bad_model_spec_is_one_line_with_exit_code_2(capsys):
 
 def test_the_benchmarks_user_errors_exit_2(tmp_path, capsys):
     from analysis_tools import load_tool
-    tool = load_tool('benchmark_nala_op')
-    assert run_tool(tool.main, ['--methods', 'fast', 'sdpa', '--out-json', str(tmp_path / 'op.json')]) == 2
+    tool = load_tool('benchmark')
+    assert run_tool(tool.main, ['op', '--methods', 'fast', 'sdpa', '--out-json', str(tmp_path / 'op.json')]) == 2
     assert capsys.readouterr().err == ("error: --methods ['sdpa'] are not methods of --what op: choose from "
                                        "['reference', 'fast']\n")
     assert not (tmp_path / 'op.json').exists()

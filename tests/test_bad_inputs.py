@@ -27,7 +27,7 @@ from PIL import Image
 
 import nalaformer  # noqa: F401  (registers the models)
 from nalaformer.checkpoint import Checkpoint, model_definition, model_definitions, save_state_dict
-from nalaformer.engine import TimmClassifier
+from nalaformer.classification import TimmClassifier
 from nalaformer.errors import USER_ERROR_EXIT, run_tool
 
 from tool_runs import run_script, write_imagefolder, write_tiny_ade, write_tiny_coco
@@ -613,7 +613,7 @@ def test_kernel_keywords_are_checked_by_timm_create_model():
 
 
 def test_a_class_map_keeps_indices_when_a_split_lacks_a_class(world):
-    from nalaformer.engine import ImageFolderDataset
+    from nalaformer.classification import ImageFolderDataset
     val = ImageFolderDataset(str(world / 'missing_class'), split='val', input_size=8, classes=list(CLASSES))
     assert val.metainfo['classes'] == CLASSES
     labels = {Path(val.dataset.reader.filename(i)).parent.name: val[i]['data_samples'] for i in range(len(val))}
@@ -621,7 +621,7 @@ def test_a_class_map_keeps_indices_when_a_split_lacks_a_class(world):
 
 
 def test_what_is_read_is_stated(world, tmp_path):
-    from nalaformer.engine.dataset_check import scan_split
+    from nalaformer.classification.dataset_check import scan_split
     shutil.copytree(world / 'data' / 'train', tmp_path / 'train')
     (tmp_path / 'train' / 'class0' / 'README.txt').write_text('about\n')
     line = scan_split(tmp_path / 'train').describe()
@@ -630,7 +630,7 @@ def test_what_is_read_is_stated(world, tmp_path):
 
 
 def test_16_bit_images_are_scaled_and_float_images_named(tmp_path):
-    from nalaformer.engine import ImageFolderDataset
+    from nalaformer.classification import ImageFolderDataset
     for c in ('dark', 'light'):
         write_images(tmp_path / 'val' / c, 1)
     ramp = (np.arange(16 * 16, dtype=np.uint32).reshape(16, 16) * 257).astype(np.uint16)  # 0, 257, ... 65535

@@ -58,6 +58,23 @@ def test_other_layouts_load(xt, tmp_path, fmt):
     assert_same_weights(xt, loaded)
 
 
+@pytest.mark.parametrize('prefix', ['module.', '_orig_mod.module.', 'model.', 'backbone.model.model.'])
+def test_wrapper_prefixes_are_stripped_from_files_and_state_dicts(xt, tmp_path, prefix):
+    """DDP / torch.compile (timm's clean_state_dict) and our runners' prefixes, in a file and in a state dict."""
+    wrapped = {f'{prefix}{k}': v for k, v in xt.state_dict().items()}
+    torch.save(wrapped, tmp_path / 'wrapped.pth')
+    assert read_checkpoint(tmp_path / 'wrapped.pth').keys() == xt.state_dict().keys()
+    loaded = timm.create_model('nalaformer_xt', pretrained=True, pretrained_cfg_overlay=dict(state_dict=wrapped))
+    assert_same_weights(xt, loaded)
+
+
+def test_tensors_of_the_wrong_shape_are_named_with_both_shapes(xt):
+    state = dict(xt.state_dict())
+    state['proj.bias'] = torch.zeros(7)
+    with pytest.raises(CheckpointError, match=r"proj\.bias: \(7,\) vs \(1024,\)"):
+        xt.load_weights(state)
+
+
 def test_fine_tuning_with_new_number_of_classes_keeps_backbone(xt, tmp_path):
     path = release_style_checkpoint(xt, tmp_path / 'xt.pth')
     model = timm.create_model('nalaformer_xt', pretrained=True, num_classes=10,

@@ -7,6 +7,8 @@ import torch
 from mmengine.config import Config
 from mmengine.registry import DATA_SAMPLERS, DATASETS, METRICS, MODELS, DefaultScope
 
+from nalaformer.engine.launch import model_spec
+
 ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = sorted(p for p in (ROOT / 'configs').rglob('*.py') if '_base_' not in p.parts)
 
@@ -32,7 +34,13 @@ def test_config_builds(path):
         backbone.init_cfg = None
     with DefaultScope.overwrite_default_scope(scope), torch.device('meta'):
         model = MODELS.build(model_cfg)
-    assert sum(p.numel() for p in model.parameters()) > 0
+    # the runner core's seam reads the same timm model off the config (keyword checks, resume fit, export, test)
+    spec = model_spec(cfg)
+    assert spec is not None and isinstance(model.get_submodule(spec.prefix[len('model.'):].rstrip('.')), spec.wrapper)
+    if spec.weights_prefix is not None:
+        built = {key: value.shape for key, value in model.state_dict().items()}
+        assert {spec.weights_prefix + k: v.shape for k, v in spec.meta_model().state_dict().items()}.items() \
+            <= built.items()
     for split in ('train', 'val', 'test'):
         loader = cfg.get(f'{split}_dataloader')
         if loader is None:

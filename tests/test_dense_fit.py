@@ -1,5 +1,5 @@
 """Dense models learn: the smallest detection and segmentation configs fit real-pixel scenes about as
-well as a ResNet-18 backbone trained the same way (tools/analysis/dense_fit.py, through mmdet's and
+well as a ResNet-18 backbone trained the same way (tools/analysis/study.py dense, through mmdet's and
 mmseg's own tools/train.py; the full-size study and its curves: docs/dense_fit.md).
 
 Both backbones are trained here, in the same run, from scratch under the same schedule, so the
@@ -14,14 +14,14 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-DENSE_FIT = ROOT / 'tools' / 'analysis' / 'dense_fit.py'
+STUDY = ROOT / 'tools' / 'analysis' / 'study.py'
 # Narrower heads, few and (for detection) smaller scenes keep each check within about 5 minutes on one thread.
 QUICK = ['--head-channels', '64', '--batch', '4']
 
 
 def fit(task, tmp_path, *options):
     out = tmp_path / task
-    result = subprocess.run([sys.executable, str(DENSE_FIT), task, '--backbones', 'nalaformer_xt', 'resnet18',
+    result = subprocess.run([sys.executable, str(STUDY), 'dense', task, '--backbones', 'nalaformer_xt', 'resnet18',
                              '--work-dir', str(tmp_path), '--out', str(out), *QUICK, *options],
                             capture_output=True, text=True, timeout=2400, cwd=ROOT)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-5000:]

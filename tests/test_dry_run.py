@@ -18,9 +18,10 @@ import torch
 from mmengine.config import Config
 from mmengine.registry import DATA_SAMPLERS, DATASETS, DefaultScope
 
-import nalaformer.engine  # noqa: F401  (registers the datasets and samplers)
+import nalaformer.classification  # noqa: F401  (registers the datasets and the runner core's samplers)
 from nalaformer.engine.dry_run import REPORT_NAME, DryRunSampler
-from nalaformer.engine.dry_run_layouts import dataset_leaves, generate_data
+from nalaformer.engine.datasets import dataset_leaves
+from nalaformer.engine.dry_run_layouts import generate_data
 from nalaformer.errors import run_tool
 
 ROOT = Path(__file__).resolve().parents[1]

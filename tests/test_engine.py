@@ -127,7 +127,7 @@ def test_ddp_two_processes_hold_identical_weights(tiny_imagefolder, tmp_path):
     work = tmp_path / 'ddp'
     config = tmp_path / 'ddp_config.py'
     config.write_text(f"_base_ = [{CONFIG!r}]\n"
-                      "custom_imports = dict(imports=['nalaformer.engine', 'engine_probe'], allow_failed_imports=False)\n"
+                      "custom_imports = dict(imports=['nalaformer.classification', 'engine_probe'], allow_failed_imports=False)\n"
                       "custom_hooks = [dict(type='DualEMAHook', momentum=1e-3), dict(type='EpochSeedHook'),\n"
                       "                dict(type='ResumableCheckpointHook'), dict(type='DumpRankWeightsHook')]\n")
     cmd = [sys.executable, '-m', 'torch.distributed.run', '--nproc_per_node', '2', '--master_port', '29531',
@@ -310,7 +310,7 @@ def test_runner_checkpoints_become_timm_folders_with_raw_or_ema_weights(relu_run
 @pytest.mark.slow
 def test_test_tool_ema_evaluates_exactly_the_ema_weights(relu_run, tiny_imagefolder, tmp_path):
     from nalaformer.checkpoint import Checkpoint, load_checkpoint_into
-    from nalaformer.engine import TimmClassifier
+    from nalaformer.classification import TimmClassifier
     checkpoint = torch.load(relu_run / 'epoch_2.pth', map_location='cpu', weights_only=True)
     model = TimmClassifier('nalaformer_t', attn_types='relu', **TINY_MODEL)
     load_checkpoint_into(model, Checkpoint.read(relu_run / 'epoch_2.pth'), ema=True)

@@ -17,7 +17,7 @@ from nalaformer.checkpoint import model_definition, model_definitions, save_stat
 from nalaformer.deployment import (
     ExportError, ExportTarget, config_target, require_export_packages, timm_target, write_onnx,
 )
-from nalaformer.ops.nala import ATTENTION_KERNELS, AttentionKernel
+from nalaformer.ops import ATTENTION_KERNELS, AttentionKernel
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / 'tools' / 'deployment'))

@@ -1,7 +1,11 @@
 """scripts/gpu_acceptance.sh's summary (tools/analysis/gpu_acceptance_summary.py) on fabricated and real step
-outputs, and the script's steps: what they write is what the summary reads, within the time budget."""
+outputs, and the script run with stubbed commands: it runs the steps whose outputs the summary reads, within the
+time budget."""
 import json
+import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -136,34 +140,42 @@ def test_a_model_that_failed_is_named_with_its_error(summary_tool, tmp_path):
     assert 'error: RuntimeError: Triton compilation failed' in s.render(summary)
 
 
-def script_steps():
-    """(name, budget) of each `step NAME BUDGET ...` line of the script, and of its header's list."""
-    text = SCRIPT.read_text()
-    steps = [(m[1], int(m[2])) for m in re.finditer(r'^step (\w+) (\d+) ', text, re.M)]
-    header = [(m[1], int(m[2])) for m in re.finditer(r'^#   (\w+) (\d+) ', text, re.M)]
-    return text, steps, header
-
-
-def test_the_script_writes_what_the_summary_reads_within_its_budget(summary_tool):
-    text, steps, header = script_steps()
-    assert steps == header  # the header says what the script does
-    total = sum(budget for _, budget in steps)
-    assert total < 9.5 * 60 and f'({total} in all' in text
-    names = [name for name, _ in steps]
-    for step, file in summary_tool.FILES.items():
-        assert step in names
-        folder = str(Path(file).parent)
-        assert f'"$WORK/{file}"' in text or (folder != '.' and f'"$WORK/{folder}"' in text), file
-    assert 'gpu_acceptance_summary.py "$WORK" --out-dir "$OUT"' in text
-    assert names[-1] == 'summary' and names[0] == 'install'
+def test_the_script_runs_every_step_the_summary_reads_within_its_budget(summary_tool, tmp_path):
+    """The script with every command but the summary stubbed (no GPU): each step runs, is recorded in steps.tsv
+    and writes where the summary reads; the summary then reports each missing output."""
+    repo, bin_dir, out = tmp_path / 'repo', tmp_path / 'bin', tmp_path / 'out'
+    (repo / 'scripts').mkdir(parents=True)
+    (repo / 'nalaformer' / 'kernels').mkdir(parents=True)
+    (repo / 'scripts' / SCRIPT.name).write_text(SCRIPT.read_text())
+    (repo / 'tools').symlink_to(ROOT / 'tools')
+    bin_dir.mkdir()
+    calls = tmp_path / 'calls.txt'
+    stub = bin_dir / 'python3'
+    stub.write_text(f'#!/bin/bash\nprintf "%s\\n" "$*" >> {calls}\n'
+                    f'[[ "$*" == *gpu_acceptance_summary.py* ]] && exec {sys.executable} "$@"\nexit 0\n')
+    stub.chmod(0o755)
+    env = {**os.environ, 'OUT': str(out), 'TMPDIR': str(tmp_path), 'PATH': f'{bin_dir}{os.pathsep}{os.environ["PATH"]}'}
+    subprocess.run(['bash', str(repo / 'scripts' / SCRIPT.name)], env=env, check=True, capture_output=True)
+    summary = json.loads((out / 'summary.json').read_text())
+    steps = summary['steps']
+    assert list(steps)[0] == 'install' and set(summary_tool.FILES) <= set(steps)
+    assert all(s['rc'] == 0 for s in steps.values())
+    assert sum(s['budget'] for s in steps.values()) < 9.5 * 60
+    work = re.search(r'gpu_acceptance_summary.py (\S+) --out-dir', calls.read_text())[1]
+    arguments = set(calls.read_text().replace('=', ' ').split())
+    for file in summary_tool.FILES.values():
+        assert {f'{work}/{file}', f'{work}/{Path(file).parent}'} & arguments, file
+    assert all(o['status'] == summary_tool.NOT_MEASURED and 'was not written' in o['value']
+               for o in summary['targets'] + summary['checks'])
+    assert {'summary.txt', 'run.log', 'steps.tar.gz'} <= {p.name for p in out.iterdir()}
 
 
 @pytest.mark.slow
 def test_the_summary_reads_the_tools_real_reports(summary_tool, tmp_path):
-    """benchmark.py's and benchmark_segmentor.py's own reports (CPU, tiny) through the summary."""
+    """benchmark.py model's and segmentor's own reports (CPU, tiny) through the summary."""
     s = summary_tool
-    bench, segmentor = load_tool('benchmark'), load_tool('benchmark_segmentor')
-    assert bench.main(['--mode', 'train', '--amp', 'bf16', '--device', 'cpu', '--models', 'nalaformer_xt',
+    bench = load_tool('benchmark')
+    assert bench.main(['model', '--mode', 'train', '--amp', 'bf16', '--device', 'cpu', '--models', 'nalaformer_xt',
                        'fused:nalaformer_xt', '--sizes', '32', '--batch-sizes', '2', '--warmup', '0', '--repeats', '1',
                        '--no-memory', '--out-json', str(tmp_path / 'train_bf16.json'),
                        '--out-png', str(tmp_path / 'train_bf16.png')]) == 0
@@ -172,7 +184,7 @@ def test_the_summary_reads_the_tools_real_reports(summary_tool, tmp_path):
                       "model = dict(backbone=dict(embed_dims=[16, 32, 48, 64], depths=[1, 1, 1, 1], "
                       "num_heads=[1, 2, 3, 4]), decode_head=dict(in_channels=[16, 32, 48, 64], channels=32), "
                       "auxiliary_head=dict(in_channels=48, channels=16))\n")
-    assert segmentor.main(['--config', str(config), '--device', 'cpu', '--size', '32', '--amp', 'bf16',
+    assert bench.main(['segmentor', '--config', str(config), '--device', 'cpu', '--size', '32', '--amp', 'bf16',
                            '--warmup', '0', '--repeats', '1', '--out-json', str(tmp_path / 'upernet_bf16.json')]) == 0
     (tmp_path / 'steps.tsv').write_text('train_bf16\t0\t20\t130\nupernet_bf16\t0\t10\t60\n')
     summary = s.summarise(tmp_path)

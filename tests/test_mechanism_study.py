@@ -1,4 +1,4 @@
-"""The mechanism study's pipeline (issue 18) at CI size: tools/analysis/mechanism_study.py trains a softmax and
+"""The mechanism study's pipeline (issue 18) at CI size: tools/analysis/study.py classification trains a softmax and
 a ReLU pico NaLaFormer (one seed, three short epochs, conv mixers off) on real Fashion-MNIST with tools/train.py,
 measures the trained q, k and writes its JSON, markdown and PNG; the measured mechanism must hold."""
 import json
@@ -37,8 +37,7 @@ def test_tie_rule_and_summary():
 
 
 def test_table_goes_between_the_markers(tmp_path):
-    sys.path.insert(0, str(ROOT / 'tools' / 'analysis'))
-    from mechanism_study import BEGIN, END, write_markdown
+    from nalaformer.analysis.studies.runs import BEGIN, END, write_markdown
 
     doc = tmp_path / 'study.md'
     doc.write_text(f'# Title\n\ntext\n\n{BEGIN}\nPending.\n{END}\n\nafter\n')
@@ -48,7 +47,7 @@ def test_table_goes_between_the_markers(tmp_path):
     assert doc.read_text().count(BEGIN) == 1 and '| new |' in doc.read_text() and '| table |' not in doc.read_text()
     fresh = tmp_path / 'fresh.md'
     write_markdown(fresh, '| t |\n')
-    assert fresh.read_text() == f'{BEGIN}\n| t |\n{END}\n'
+    assert fresh.read_text() == '| t |\n'
 
 
 def test_norm_invariant_kernels_sweep_flat_and_nala_not():
@@ -77,7 +76,8 @@ def test_mechanism_study_ci_size(tmp_path):
     assert (SOURCE / 'train-images-idx3-ubyte.gz').is_file(), \
         f'{SOURCE} is missing: run `bash scripts/setup.sh` (as root) or `apt-get install dataset-fashion-mnist`'
     work, out = tmp_path / 'work', tmp_path / 'out' / 'study'
-    command = [sys.executable, str(ROOT / 'tools' / 'analysis' / 'mechanism_study.py'), '--kernels', 'softmax', 'relu',
+    command = [sys.executable, str(ROOT / 'tools' / 'analysis' / 'study.py'), 'classification', '--attn-types',
+               'softmax', 'relu',
                '--seeds', '0', '--conv-mixers', 'off', '--epochs', '3', '--train-per-class', '100',
                '--val-per-class', '20', '--measure-images', '8', '--work-dir', str(work), '--out', str(out)]
     result = subprocess.run(command, capture_output=True, text=True, cwd=ROOT, timeout=900)
@@ -86,7 +86,7 @@ def test_mechanism_study_ci_size(tmp_path):
     report = json.loads(Path(f'{out}.json').read_text())
     assert Path(f'{out}.png').stat().st_size > 0
     table = Path(f'{out}.md').read_text()
-    assert 'tools/analysis/mechanism_study.py --kernels softmax relu' in table and '| off | softmax | 1 |' in table
+    assert 'tools/analysis/study.py classification --attn-types softmax relu' in table and '| off | softmax | 1 |' in table
     runs = {r['kernel']: r for r in report['runs']}
     assert set(runs) == {'softmax', 'relu'} and all(0.0 <= r['top1'] <= 100.0 for r in runs.values())
     # trained, tools/train.py wrote the epoch checkpoint the measurement read

@@ -231,8 +231,14 @@ def test_torchscript_matches_eager():
 
 
 def test_is_a_nalaformer_instance_registered_in_timm():
-    assert {'nalaformer_xt', 'nalaformer_t', 'nalaformer_s', 'nalaformer_b', 'nalaformer_l'} <= set(
-        timm.list_models('nalaformer_*'))
+    assert timm.list_models('nala*') == [
+        'nala_swin_base', 'nala_swin_small', 'nala_swin_tiny', 'nalaformer_b', 'nalaformer_l', 'nalaformer_s',
+        'nalaformer_t', 'nalaformer_xt', 'nalasr_light']
+    families = {'nala_swin_': 'nala_swin', 'nalaformer_': 'nalaformer', 'nalasr_': 'nala_sr'}
+    for name in timm.list_models('nala*'):  # each entrypoint is a function of its family's module
+        family = next(module for prefix, module in families.items() if name.startswith(prefix))
+        entrypoint = timm.models.model_entrypoint(name)
+        assert (entrypoint.__module__, entrypoint.__name__) == (f'nalaformer.models.{family}', name)
     assert isinstance(small(), NaLaFormer)
     cfg = timm.create_model('nalaformer_t', **SMALL).pretrained_cfg
     assert cfg['input_size'] == (3, 224, 224) and cfg['crop_pct'] == 0.875 and cfg['interpolation'] == 'bicubic'

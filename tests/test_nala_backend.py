@@ -14,7 +14,7 @@ import timm
 import torch
 
 from nalaformer.ops import nala_backend, use_nala_backend
-from nalaformer.ops.backend import NaLaKernel
+from nalaformer.ops.kernels import NaLaKernel
 
 
 def test_a_block_s_backend_holds_in_its_own_thread_only():

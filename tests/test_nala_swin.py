@@ -15,7 +15,8 @@ from nalaformer.models.nala_swin import (
     SHIFTED_WINDOW, GlobalAttentionBlock, NaLaSwinTransformer, ShiftedWindowBlock, checkpoint_filter_fn,
     shifted_window_mask,
 )
-from nalaformer.ops.nala import ATTENTION_KERNELS, SoftmaxKernel, apply_rope, rope_angles, rope_table
+from nalaformer.ops.kernels import ATTENTION_KERNELS, SoftmaxKernel
+from nalaformer.ops.nala import apply_rope, rope_angles, rope_table
 
 # Small widths (head dims 16/16/32/32) keep these fast; depth 2 per stage includes a shifted block.
 SMALL = dict(embed_dim=16, depths=(2, 2, 2, 2), num_heads=(1, 2, 2, 4))
@@ -352,7 +353,7 @@ PAPER_ROWS = {
 def test_protocol_configs_build_the_paper_rows_with_swins_recipe(name):
     from mmengine.config import Config
     from mmengine.registry import MODELS
-    import nalaformer.engine  # noqa: F401  (TimmClassifier)
+    import nalaformer.classification  # noqa: F401  (TimmClassifier)
     cfg = Config.fromfile(str(PROTOCOL / name))
     attn_types, kernel_kwargs = PAPER_ROWS[name]
     with torch.device('meta'):

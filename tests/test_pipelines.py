@@ -4,7 +4,7 @@ nothing is bypassed), every sample has the shape the config asks for.
 
 The configs are read from configs/ (every file but _base_/); configs whose training pipelines are identical
 share one run. The photographs are scikit-image's (tests/real_images.py); segmentation and detection data take
-the dry run's layouts (:mod:`nalaformer.engine.dry_run_layouts`) with every image replaced by a photograph."""
+the dry run's layouts (:mod:`nalaformer.engine.dry_run_layouts`, the task plug-ins' ``write_data``) with every image replaced by a photograph."""
 import json
 import random
 from collections import defaultdict
@@ -17,11 +17,10 @@ from mmengine.config import Config
 from mmengine.registry import DATASETS, DefaultScope
 from PIL import Image
 
-import nalaformer.engine  # noqa: F401  (registers the datasets)
-from nalaformer.engine import augment
-from nalaformer.engine.data import ImageFolderDataset
-from nalaformer.engine.dry_run_layouts import dataset_leaves, generate_data
-from nalaformer.engine.sr_data import SRPairedDataset
+from nalaformer.classification import ImageFolderDataset, augment
+from nalaformer.engine.datasets import dataset_leaves
+from nalaformer.engine.dry_run_layouts import generate_data
+from nalaformer.sr import SRPairedDataset
 from real_images import photos, random_crop, write_photo_imagefolder
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -128,7 +127,8 @@ def test_shipped_randaugment_never_raises_at_any_magnitude():
 @pytest.fixture(scope='module')
 def div2k_photos(tmp_path_factory):
     """DIV2K's layout (HR and bicubic LR x2/x3/x4) of the colour photographs."""
-    from nalaformer.datasets.super_resolution import save_image, write_lr_images
+    from nalaformer.datasets.super_resolution import write_lr_images
+    from nalaformer.images import save_image
     root = tmp_path_factory.mktemp('sr')
     hr_dir = root / 'DIV2K' / 'DIV2K_train_HR'
     hr_dir.mkdir(parents=True)

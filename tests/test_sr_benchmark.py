@@ -1,12 +1,14 @@
 """The whole-network SR memory claim: tensor memory counted on fake tensors (nalaformer/analysis/tensor_memory.py)
 against the counting on real tensors and the resident memory measured in a fresh process, and
-tools/analysis/benchmark_sr.py end to end at tiny sizes; its report through the GPU acceptance summary."""
+tools/analysis/benchmark.py sr end to end at tiny sizes; its report through the GPU acceptance summary."""
 import json
 
 import pytest
 import torch
 
 from analysis_tools import load_tool
+from nalaformer.analysis.benchmarks import sr
+from nalaformer.analysis.models import parse_model_spec
 from nalaformer.analysis.tensor_memory import LiveTensorMemory, fake_memory
 from nalaformer.ops import nala_fast, rope_angles, rope_table
 
@@ -15,7 +17,14 @@ MIB = 2 ** 20
 
 @pytest.fixture(scope='module')
 def tool():
-    return load_tool('benchmark_sr')
+    return load_tool('benchmark')
+
+
+def sr_args(tool, *argv):
+    """The options of ``benchmark.py sr ARGV``, defaults filled."""
+    args = tool.parse_args(['sr', *argv])
+    sr.check_args(args)
+    return args
 
 
 def test_live_tensors_are_counted_once_until_freed():
@@ -46,11 +55,11 @@ def test_the_projects_custom_ops_count_their_temporaries():
 
 @pytest.mark.slow
 def test_fake_tensors_count_what_real_tensors_count(tool):
-    args = tool.parse_args(['--tiny'])
-    spec = tool.parse_model_spec(args.model)
+    args = sr_args(tool, '--tiny')
+    spec = parse_model_spec(args.model)
 
     def build():
-        return tool.make_step(spec, 'nala', (24, 16), 'train', 2, 1, torch.device('cpu'), 'none', fake=True)
+        return sr.make_step(spec, 'nala', (24, 16), 'train', 2, 1, torch.device('cpu'), 'none', fake=True)
 
     with LiveTensorMemory() as real:
         step = build()
@@ -67,23 +76,23 @@ def test_fake_tensors_count_what_real_tensors_count(tool):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize('slot, mode, size', [('softmax_explicit', 'train', [64, 64]), ('nala', 'train', [128, 128])])
-def test_accounted_memory_agrees_with_resident_memory_measured(tool, slot, mode, size):
+@pytest.mark.parametrize('attn_type, mode, size', [('softmax_explicit', 'train', [64, 64]), ('nala', 'train', [128, 128])])
+def test_accounted_memory_agrees_with_resident_memory_measured(tool, attn_type, mode, size):
     # The tiny network at 4,096 tokens with an explicit softmax (532 MiB, its N x N matrices) and at 16,384 tokens
     # with NaLa (95 MiB): the memory a fresh process gains over two training steps after a first one.
-    args = tool.parse_args(['--tiny', '--threads', '1'])
-    run = dict(slot=slot, mode=mode, size=size, amp='none')
-    accounted = tool.account(tool.parse_model_spec(args.model), run, args)
-    measured = tool.measure_memory(run, args)
+    args = sr_args(tool, '--tiny', '--threads', '1')
+    run = dict(slot=attn_type, mode=mode, size=size, amp='none')
+    accounted = sr.account(parse_model_spec(args.model), run, args)
+    measured = sr.measure_memory(run, args)
     assert 'error' not in measured, measured
     assert measured['extra_mb'] == pytest.approx(accounted['extra_mb'], rel=0.10)
-    assert accounted['extra_mb'] > (400 if slot == 'softmax_explicit' else 80)
+    assert accounted['extra_mb'] > (400 if attn_type == 'softmax_explicit' else 80)
 
 
 @pytest.mark.slow
 def test_benchmark_measures_what_fits_and_accounts_the_rest(tool, tmp_path):
     # A budget that holds NaLa's run (~24 MiB) but not the explicit softmax's accounted ~270 MiB at 64x64.
-    argv = ['--tiny', '--sizes', '64x64', '--slots', 'nala', 'softmax_explicit', '--modes', 'infer', '--threads', '1',
+    argv = ['sr', '--tiny', '--sizes', '64x64', '--attn-types', 'nala', 'softmax_explicit', '--modes', 'infer', '--threads', '1',
             '--max-memory-gb', str(100 / 1024), '--no-malloc-tuning', '--out-dir', str(tmp_path)]
     assert tool.main(argv) == 0
     report = json.loads((tmp_path / 'benchmark_sr.json').read_text())
@@ -103,24 +112,24 @@ def test_benchmark_measures_what_fits_and_accounts_the_rest(tool, tmp_path):
 
 def test_runs_out_of_gpu_memory_are_reported_and_accounted(tool, monkeypatch):
     # CUDA runs try first (--account unmeasured): one that fails for memory is neither timed nor measured.
-    args = tool.parse_args(['--tiny'])
+    args = sr_args(tool, '--tiny')
     run = dict(slot='softmax_explicit', mode='train', size=[24, 24], amp='none', accounted=None, measured=None,
                fits=True, status='ok')
     def out_of_memory(run, args):
         raise torch.cuda.OutOfMemoryError('CUDA out of memory. Tried to allocate 64.00 GiB')
-    monkeypatch.setattr(tool, 'measure_memory', out_of_memory)
-    tool.add_measured(run, args)  # without --keep-going: running out of memory is a result, not a failure
+    monkeypatch.setattr(sr, 'measure_memory', out_of_memory)
+    sr.add_measured(run, args)  # without --keep-going: running out of memory is a result, not a failure
     assert run['status'] == 'out of memory' and run['fits'] is False and run['measured'] is None
     assert 'Tried to allocate 64.00 GiB' in run['error']
-    tool.add_accounted(tool.parse_model_spec(args.model), run, args, budget=10 ** 6)
+    sr.add_accounted(parse_model_spec(args.model), run, args, budget=10 ** 6)
     assert run['accounted']['peak_mb'] > 0 and run['status'] == 'out of memory'
 
 
 def test_benchmark_refuses_what_it_cannot_do(tool):
     with pytest.raises(ValueError, match='--account none is for CUDA runs'):
-        tool.run_benchmark(tool.parse_args(['--tiny', '--device', 'cpu', '--account', 'none']))
+        sr.run_benchmark(tool.parse_args(['sr', '--tiny', '--device', 'cpu', '--account', 'none']))
     with pytest.raises(ValueError, match="unknown attention kernel 'nala2'"):
-        tool.run_benchmark(tool.parse_args(['--tiny', '--slots', 'nala2', '--no-measure']))
+        sr.run_benchmark(tool.parse_args(['sr', '--tiny', '--attn-types', 'nala2', '--no-measure']))
 
 
 def test_gpu_summary_reads_the_sr_report():

@@ -12,8 +12,8 @@ from PIL import Image
 from nalaformer.datasets import write_lr_images
 from nalaformer.datasets.super_resolution import TEST_SET, unseen_images
 from nalaformer.engine.launch import ConfigError, check_dataset_files, load_config
-from nalaformer.engine.sr_data import SRBenchmarkDataset, SRDataError, SRPairedDataset
-from nalaformer.imresize import imresize
+from nalaformer.images import ImageError, imresize
+from nalaformer.sr.data import SRBenchmarkDataset, SRDataError, SRPairedDataset
 
 ROOT = Path(__file__).resolve().parents[1]
 CONVERTER = ROOT / 'tools' / 'dataset_converters' / 'bicubic_downsample.py'
@@ -135,12 +135,12 @@ def test_errors_name_the_file(tmp_path):
     (lr_dir / '0099x2.png').unlink()
     # an unreadable image
     (hr_dir / '0001.png').write_bytes(b'not a png')
-    with pytest.raises(SRDataError, match=r'cannot read image .*0001\.png'):
+    with pytest.raises(ImageError, match=r'cannot read image .*0001\.png'):
         SRPairedDataset(str(root), 2)
     # a folder without images, a missing folder
     for p in hr_dir.iterdir():
         p.unlink()
-    with pytest.raises(SRDataError, match=r'DIV2K_train_HR holds no images'):
+    with pytest.raises(ImageError, match=r'DIV2K_train_HR holds no images'):
         SRPairedDataset(str(root), 2)
     with pytest.raises(SRDataError, match=r'folder .*nowhere/DIV2K/DIV2K_train_HR does not exist. Expected layout'):
         SRPairedDataset(str(tmp_path / 'nowhere'), 2)
@@ -155,7 +155,7 @@ def test_16_bit_images_are_named(tmp_path):
     root = div2k(tmp_path, 2)
     hr = root / 'DIV2K' / 'DIV2K_train_HR' / '0000.png'
     Image.fromarray((np.asarray(Image.open(hr).convert('L')).astype(np.uint16) * 256)).save(hr)
-    with pytest.raises(SRDataError, match=r'0000\.png is a I;16 image \(16-bit or float\)'):
+    with pytest.raises(ImageError, match=r'0000\.png is a I;16 image \(16-bit or float\)'):
         SRPairedDataset(str(root), 2)[0]
 
 
@@ -201,7 +201,7 @@ def test_converter_writes_matlab_bicubic_and_never_overwrites(tmp_path):
     assert subprocess.run(run + ['--overwrite'], capture_output=True).returncode == 0
     assert np.array_equal(np.asarray(Image.open(mine)), imresize(images['a'][:30, :44], 1 / 2))
     assert other.read_text() == 'keep'
-    with pytest.raises(SRDataError, match='missing does not exist'):
+    with pytest.raises(ImageError, match='missing does not exist'):
         write_lr_images(tmp_path / 'missing', lr_root)
 
 

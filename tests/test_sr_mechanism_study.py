@@ -1,5 +1,5 @@
 """The SR mechanism study: its measurement on NaLa-SR's global slot, and the resumable one-command tool at a
-tiny budget (the real study is the lead's run: see tools/analysis/sr_mechanism_study.py)."""
+tiny budget (the real study is the lead's run: see tools/analysis/study.py sr)."""
 import json
 import subprocess
 import sys
@@ -13,7 +13,7 @@ from nalaformer.analysis.entropy import capture_kernel_qk
 from nalaformer.analysis.mechanism import measure_global_slots, sweep_norms
 
 ROOT = Path(__file__).resolve().parents[1]
-TOOL = ROOT / 'tools' / 'analysis' / 'sr_mechanism_study.py'
+TOOL = ROOT / 'tools' / 'analysis' / 'study.py'
 PICO = dict(embed_dim=24, depths=(1, 1), num_heads=2, window_size=8)
 
 
@@ -44,7 +44,7 @@ def test_capture_kernel_qk_names_a_kernel_that_did_not_run():
 @pytest.mark.slow
 def test_study_runs_resumes_and_combines(tmp_path):
     work, out = tmp_path / 'work', tmp_path / 'study'
-    command = [sys.executable, str(TOOL), '--kernels', 'nala', 'relu', '--seeds', '0', '--iters', '2',
+    command = [sys.executable, str(TOOL), 'sr', '--attn-types', 'nala', 'relu', '--seeds', '0', '--iters', '2',
                '--measure-size', '16', '--work-dir', str(work), '--out', str(out)]
     result = subprocess.run(command, capture_output=True, text=True, cwd=ROOT, timeout=1800)
     assert result.returncode == 0, result.stderr[-4000:]

@@ -5,8 +5,9 @@ import pytest
 import torch
 from PIL import Image
 
-from nalaformer.engine.sr_metrics import SRMetric, calculate_psnr, calculate_ssim, report_lines
-from nalaformer.imresize import cubic, imresize
+from nalaformer.images import calculate_psnr, calculate_ssim
+from nalaformer.sr import SRMetric
+from nalaformer.images.resize import cubic, imresize
 
 BUTTERFLY = '/usr/share/doc/opencv-doc/examples/dnn_superres/butterfly.png'
 
@@ -90,7 +91,7 @@ def test_metric_reports_each_set_with_its_bicubic_baseline():
         assert metrics[f'{set_name}/PSNR'] == pytest.approx(values[:, 0].mean())
         assert metrics[f'{set_name}/bicubic_PSNR'] == pytest.approx(values[:, 1].mean())
         assert metrics[f'{set_name}/SSIM'] == pytest.approx(values[:, 2].mean())
-    lines = report_lines(metrics)
+    lines = SRMetric.report_lines(metrics)
     assert lines[0].startswith('SetA: PSNR ') and ' dB SSIM ' in lines[0] and '(bicubic ' in lines[0]
     assert len(lines) == 2 and lines[1].startswith('SetB: ')
 

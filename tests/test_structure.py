@@ -3,6 +3,8 @@ no import circle among the package's modules (``kernels/`` counted as ``nalaform
 counts as importing the packages above it, whose ``__init__`` runs first), no module importing another module's
 private (underscore) name, no tool importing another tool."""
 import ast
+import subprocess
+import sys
 from pathlib import Path
 from typing import Dict, Iterator, List, Set, Tuple
 
@@ -124,3 +126,61 @@ def test_no_tool_imports_another_tool(tool):
              if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)}
     assert not {m for m in modules if m == 'tools' or m.startswith('tools.')}, modules
     assert 'spec_from_file_location' not in calls and 'run_path' not in calls  # loading a tool by its path
+
+
+# The layers, from the ground up: (package, what of this package its modules may import, libraries they must not).
+HEAVY = {'torch', 'timm', 'mmengine', 'mmcv', 'mmseg', 'mmdet', 'triton'}
+GROUND = {'nalaformer.errors', 'nalaformer.files'}
+LAYERS = [
+    ('nalaformer.images', GROUND | {'nalaformer.images'}, HEAVY),
+    ('nalaformer.datasets', GROUND | {'nalaformer.images', 'nalaformer.datasets'}, HEAVY),
+]
+# The runner core names no task: no arrow from it to a task plug-in, the dataset writers or what stands above it.
+ABOVE_THE_ENGINE = ('nalaformer.classification', 'nalaformer.sr', 'nalaformer.dense', 'nalaformer.datasets',
+                    'nalaformer.analysis', 'nalaformer.deployment', 'nalaformer.dense_demo')
+
+
+def in_package(module: str, package: str) -> bool:
+    return module == package or module.startswith(package + '.')
+
+
+def libraries(path: Path) -> Set[str]:
+    """The top-level names of what ``path`` imports from outside the package (stdlib included)."""
+    names = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            names |= {alias.name.split('.')[0] for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and not node.level:
+            names.add((node.module or '').split('.')[0])
+    return names - {'nalaformer'}
+
+
+@pytest.mark.parametrize('package, allowed, heavy', LAYERS, ids=[layer[0] for layer in LAYERS])
+def test_the_ground_floor_stands_on_nothing_above_it(package, allowed, heavy):
+    graph, modules = import_graph()[0], package_modules()
+    members = [name for name in graph if in_package(name, package)]
+    assert members, package  # the layer exists
+    for name in members:
+        above = {target for target in graph[name] if not any(in_package(target, a) for a in allowed)}
+        assert not above, f'{name} imports {sorted(above)}'
+        assert not libraries(modules[name]) & heavy, f'{name} imports {sorted(libraries(modules[name]) & heavy)}'
+
+
+def test_the_engine_names_no_task():
+    graph, _ = import_graph()
+    engine = [name for name in graph if in_package(name, 'nalaformer.engine')]
+    assert 'nalaformer.engine.launch' in engine
+    arrows = {(name, target) for name in engine for target in graph[name]
+              if any(in_package(target, task) for task in ABOVE_THE_ENGINE)}
+    assert not arrows
+
+
+def test_a_converter_shows_its_help_without_torch(tmp_path):
+    """``bicubic_downsample.py --help`` as a user runs it (``-X importtime`` lists every module the process imports)."""
+    tool = ROOT / 'tools' / 'dataset_converters' / 'bicubic_downsample.py'
+    result = subprocess.run([sys.executable, '-X', 'importtime', str(tool), '--help'], capture_output=True, text=True,
+                            cwd=tmp_path)
+    assert result.returncode == 0 and 'HR_DIR' in result.stdout, result.stderr[-2000:]
+    imported = {line.rsplit('|', 1)[-1].strip().split('.')[0] for line in result.stderr.splitlines()
+                if line.startswith('import time:')}
+    assert 'argparse' in imported and not imported & HEAVY, sorted(imported & HEAVY)

@@ -428,9 +428,9 @@ def test_model_with_triton_stages_under_bf16_autocast():
 
 @pytest.mark.slow
 def test_benchmark_tool_smoke(tmp_path, capsys):
-    """tools/analysis/benchmark_kernels.py --tiny writes valid JSON, a PNG and tables with every row measured."""
-    tool = load_tool('benchmark_kernels')
-    tool.main(['--tiny', '--check', '--device', DEVICE, '--out-dir', str(tmp_path)])
+    """tools/analysis/benchmark.py kernels --tiny writes valid JSON, a PNG and tables with every row measured."""
+    from nalaformer.analysis.benchmarks import kernels as tool
+    load_tool('benchmark').main(['kernels', '--tiny', '--check', '--device', DEVICE, '--out-dir', str(tmp_path)])
     results = json.loads((tmp_path / 'benchmark_kernels.json').read_text())
     rows = results['rows']
     assert [(r['batch'], r['heads'], r['tokens'], r['head_dim']) for r in rows[::len(tool.METHODS) * 2]] == [

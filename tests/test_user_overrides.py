@@ -9,7 +9,7 @@ import pytest
 import torch
 from timm.data import Mixup
 
-from nalaformer.engine.classifier import mix_batch
+from nalaformer.classification.model import mix_batch
 from real_images import PHOTOS, write_photo_imagefolder
 from tool_runs import run_script
 

@@ -17,11 +17,10 @@ import torch
 from mmengine.config import DictAction
 from mmengine.registry import MODELS
 
-import nalaformer.engine  # noqa: F401  (registers SRModel)
+import nalaformer.sr  # noqa: F401  (registers SRModel)
 from nalaformer.checkpoint import Checkpoint, load_checkpoint_into
-from nalaformer.datasets.super_resolution import save_image
 from nalaformer.engine.launch import load_config
-from nalaformer.engine.sr_data import read_image
+from nalaformer.images import IMAGE_EXTENSIONS, read_image, save_image, to_uint8
 from nalaformer.errors import ConfigError, run_tool
 from nalaformer.files import check_file_destination
 
@@ -44,7 +43,7 @@ def parse_args(argv=None):
 def main(argv=None):
     args = parse_args(argv)
     check_file_destination(args.out, args.overwrite, 'OUT', 'out.png', inputs=(args.image, args.config, args.checkpoint))
-    if Path(args.out).suffix.lower() not in ('.png', '.jpg', '.jpeg', '.bmp', '.tif', '.tiff', '.webp', '.ppm'):
+    if Path(args.out).suffix.lower() not in IMAGE_EXTENSIONS:
         raise ConfigError(f'OUT {args.out}: give an image extension (.png, .jpg, ...)')
     cfg = load_config(args.config, args.cfg_options)
     if cfg.model.get('type') != 'SRModel':
@@ -64,7 +63,7 @@ def main(argv=None):
     with torch.no_grad():
         lr = torch.from_numpy(image.transpose(2, 0, 1).copy())[None].to(args.device)
         sr = model(lr, mode='tensor')
-    out = (sr[0].clamp(0, 1) * 255).round().to(torch.uint8).permute(1, 2, 0).cpu().numpy()
+    out = to_uint8(sr[0].permute(1, 2, 0).float().cpu().numpy())
     save_image(out, Path(args.out))
     tiles = f', tiles of {args.tile} px' if args.tile else ''
     print(f'wrote {args.out}: {image.shape[1]}x{image.shape[0]} -> {out.shape[1]}x{out.shape[0]} '

@@ -22,13 +22,12 @@ import sys
 
 import numpy as np
 
-import nalaformer.engine  # noqa: F401
+import nalaformer.engine  # noqa: F401  (the runner core; a config imports its task plug-in)
 from nalaformer.checkpoint import Checkpoint, load_checkpoint_into
 from nalaformer.engine.launch import (
-    apply_thread_policy, build_runner, check_dataset_files, finalize_config, load_config, model_spec,
+    apply_thread_policy, build_runner, check_dataset_files, finalize_config, load_config, model_spec, report_lines,
 )
 from nalaformer.engine.runner_options import add_runner_options
-from nalaformer.engine.sr_metrics import report_lines
 from nalaformer.engine.work_dir import check_work_dir
 from nalaformer.errors import ConfigError, run_tool
 from nalaformer.files import atomic_file, atomic_folder, check_file_destination, check_folder_destination
@@ -108,7 +107,7 @@ def main(argv=None):
                              cfg_prefix=spec.prefix if spec is not None else 'model.')
         metrics = runner.test()
     print({k: round(float(v), 4) if isinstance(v, (float, np.floating)) else v for k, v in metrics.items()})
-    for line in report_lines(metrics):  # super-resolution: one line per test set
+    for line in report_lines(cfg, metrics):  # e.g. super-resolution: one line per test set
         print(line)
     if args.out_json:
         with atomic_file(args.out_json) as tmp, open(tmp, 'w') as f:

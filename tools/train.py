@@ -1,4 +1,4 @@
-"""Train any task (classification, segmentation, detection) from an mmengine config.
+"""Train any task (classification, super-resolution, segmentation, detection) from an mmengine config.
 
     python3 tools/train.py configs/nalaformer/nalaformer-t_8xb128_in1k.py
     python3 tools/train.py CONFIG --resume                 # from the last checkpoint in the work dir
@@ -11,7 +11,6 @@ import argparse
 import sys
 import warnings
 
-import nalaformer.engine  # noqa: F401  (registers models, datasets, hooks, metrics, runner)
 from nalaformer.engine import Preempted
 from nalaformer.engine.dry_run import DryRun
 from nalaformer.engine.launch import (

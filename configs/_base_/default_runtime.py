@@ -1,6 +1,6 @@
 # Runtime shared by every classification config: mmengine hooks, logging, checkpointing.
 default_scope = None
-custom_imports = dict(imports=['nalaformer.engine'], allow_failed_imports=False)
+custom_imports = dict(imports=['nalaformer.classification'], allow_failed_imports=False)
 runner_type = 'NaLaRunner'  # atomic checkpoint writes
 
 default_hooks = dict(
@@ -14,7 +14,7 @@ default_hooks = dict(
                     save_best=['accuracy/top1', 'ema/accuracy/top1'], rule='greater'),
     sampler_seed=dict(type='DistSamplerSeedHook'),
     # long runs: stop a diverging run before it writes bad weights (nalaformer/engine/guard.py), save and stop on
-    # SIGTERM (nalaformer/engine/preemption.py), replace unreadable training images up to a limit (engine/data.py)
+    # SIGTERM (nalaformer/engine/preemption.py), replace unreadable training images up to a limit (engine/hooks.py)
     nonfinite=dict(type='NonFiniteGuardHook', max_consecutive=3),
     preemption=dict(type='PreemptionHook', signals=['SIGTERM']),
     unreadable=dict(type='UnreadableImageHook', max_fraction=0.001, min_count=5),

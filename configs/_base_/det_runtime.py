@@ -3,7 +3,7 @@
 # torch.load(weights_only=True). Importing nalaformer.dense registers NaLaBackbone in mmdet's MODELS.
 _base_ = ['mmdet::_base_/default_runtime.py']
 
-custom_imports = dict(imports=['nalaformer.dense', 'nalaformer.engine'], allow_failed_imports=False)
+custom_imports = dict(imports=['nalaformer.dense'], allow_failed_imports=False)
 runner_type = 'NaLaRunner'
 custom_hooks = [
     dict(type='ResumableCheckpointHook'),

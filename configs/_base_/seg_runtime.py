@@ -2,7 +2,7 @@
 # `tools/test.py --tta`) with this project's atomic, weights-only loadable checkpoints.
 _base_ = ['mmseg::_base_/default_runtime.py']
 
-custom_imports = dict(imports=['nalaformer.dense', 'nalaformer.engine'], allow_failed_imports=False)
+custom_imports = dict(imports=['nalaformer.dense'], allow_failed_imports=False)
 runner_type = 'NaLaRunner'  # atomic checkpoint writes
 custom_hooks = [
     dict(type='ResumableCheckpointHook'),  # checkpoints load with torch.load(weights_only=True)

@@ -1,7 +1,7 @@
 # Runtime of the super-resolution configs: iteration-based, BasicSR's logging and checkpoint rhythm
 # (the authors' option files: print_freq 200, save_checkpoint_freq 5e3, TensorBoard on).
 default_scope = None
-custom_imports = dict(imports=['nalaformer.engine'], allow_failed_imports=False)
+custom_imports = dict(imports=['nalaformer.sr'], allow_failed_imports=False)
 runner_type = 'NaLaRunner'  # atomic checkpoints that record the network's attn_types
 
 default_hooks = dict(

@@ -1,18 +1,7 @@
-"""Attention distributions over keys, their per-query entropy, and q, k of NaLaFormer blocks.
-
-For query i the attention over keys j (RoPE off, see below) is
-    softmax:  A_ij = exp(q_i . k_j / sqrt(d)) / sum_j' exp(q_i . k_j' / sqrt(d))
-    linear:   A_ij = phi(q_i) . phi(k_j) / sum_j' phi(q_i) . phi(k_j')
-with phi the kernel's own ``feature_maps`` (:class:`nalaformer.ops.nala.AttentionKernel`),
-and H_i = -sum_j A_ij log A_ij, from 0 (one key) to log N (uniform).
-
-The normaliser of a linear kernel is linear in the keys (phi(q_i) . sum_j phi(k_j)) but
-sum_j A_ij log A_ij is not, so no O(N) shortcut exists for H: queries are processed in
-chunks, each materialising its (chunk, N) rows. Memory is O(chunk N), the result exact.
-
-RoPE is left out: the release rotates the numerator's features only, so the rotated A_ij can
-be negative and are not a distribution. Without it, H of a linear kernel whose phi is
-positively homogeneous (ReLU) cannot depend on |q|; NaLa's power p(|q|) makes it depend.
+"""Attention distributions over keys (softmax, or phi(q_i) . phi(k_j) normalised with the kernel's own
+``feature_maps``), their per-query entropy (exact, in chunks of queries: O(chunk N) memory), and q, k of
+NaLaFormer blocks. RoPE is left out: the release rotates the numerator only, so rotated weights are no
+distribution.
 """
 from typing import Optional, Tuple
 
@@ -20,29 +9,25 @@ import torch
 import torch.nn as nn
 
 from ..errors import ConfigError
-from ..ops.nala import ATTENTION_KERNELS, build_attention_kernel
+from ..ops.kernels import ATTENTION_KERNELS, build_attention_kernel
 
-__all__ = ['KERNELS', 'attention_probs', 'entropy', 'attention_entropy', 'norm_sweep', 'pearson', 'spearman',
+__all__ = ['ATTN_TYPES', 'attention_probs', 'entropy', 'attention_entropy', 'norm_sweep', 'pearson', 'spearman',
            'capture_kernel_qk', 'capture_qk']
 
 # softmax, and the kernels of nalaformer.ops.nala that are one linear attention (they have feature maps).
-KERNELS = ('softmax', *(name for name, kernel in ATTENTION_KERNELS.items() if kernel.feature_maps is not None))
+ATTN_TYPES = ('softmax', *(name for name, kernel in ATTENTION_KERNELS.items() if kernel.feature_maps is not None))
 
 
-def attention_probs(kernel: str, q: torch.Tensor, k: torch.Tensor,
+def attention_probs(attn_type: str, q: torch.Tensor, k: torch.Tensor,
                     kernel_kwargs: Optional[dict] = None) -> torch.Tensor:
-    """Attention of queries q (..., M, d) over keys k (..., N, d): (..., M, N), rows sum to 1.
-
-    ``kernel``, ``kernel_kwargs``: a registered kernel and its arguments; a linear kernel's A_ij
-    comes from its own ``feature_maps``. A linear kernel's row is NaN when its scores are all zero
-    (undefined distribution).
-    """
-    module = build_attention_kernel(kernel, **(kernel_kwargs or {}))
-    if kernel == 'softmax':
+    """Attention of queries q (..., M, d) over keys k (..., N, d) under a registered kernel: (..., M, N), rows sum
+    to 1 (NaN for a linear kernel whose scores are all zero)."""
+    module = build_attention_kernel(attn_type, **(kernel_kwargs or {}))
+    if attn_type == 'softmax':
         return torch.softmax(q @ k.transpose(-2, -1) * q.shape[-1] ** -0.5, dim=-1)
     if module.feature_maps is None:
-        raise ConfigError(f'attention kernel {kernel!r} is not one linear attention (no feature maps), so it has no '
-                         f'single distribution over keys; choose from {KERNELS}')
+        raise ConfigError(f'attention kernel {attn_type!r} is not one linear attention (no feature maps), so it has no '
+                         f'single distribution over keys; choose from {ATTN_TYPES}')
     phi_q, phi_k = module.feature_maps(q, k)
     scores = phi_q @ phi_k.transpose(-2, -1)
     return scores / scores.sum(dim=-1, keepdim=True)
@@ -53,24 +38,24 @@ def entropy(probs: torch.Tensor) -> torch.Tensor:
     return -torch.special.xlogy(probs, probs).sum(dim=-1)
 
 
-def attention_entropy(kernel: str, q: torch.Tensor, k: torch.Tensor, chunk: int = 1024,
+def attention_entropy(attn_type: str, q: torch.Tensor, k: torch.Tensor, chunk: int = 1024,
                       kernel_kwargs: Optional[dict] = None) -> torch.Tensor:
     """Entropy of each query's attention (:func:`attention_probs`): q (..., M, d), k (..., N, d) -> (..., M).
 
     Exact; at most (..., chunk, N) scores exist at a time.
     """
-    return torch.cat([entropy(attention_probs(kernel, q[..., i:i + chunk, :], k, kernel_kwargs))
+    return torch.cat([entropy(attention_probs(attn_type, q[..., i:i + chunk, :], k, kernel_kwargs))
                       for i in range(0, q.shape[-2], chunk)], dim=-1)
 
 
-def norm_sweep(kernel: str, q: torch.Tensor, k: torch.Tensor, norms: torch.Tensor, chunk: int = 1024,
+def norm_sweep(attn_type: str, q: torch.Tensor, k: torch.Tensor, norms: torch.Tensor, chunk: int = 1024,
                kernel_kwargs: Optional[dict] = None) -> torch.Tensor:
     """Entropy with each query's direction kept and its norm set to each of ``norms`` (S,).
 
     q (..., M, d), k (..., N, d) -> (S, ..., M). Isolates the effect of |q| alone.
     """
     direction = q / torch.linalg.vector_norm(q, dim=-1, keepdim=True)
-    return torch.stack([attention_entropy(kernel, direction * n, k, chunk, kernel_kwargs) for n in norms.tolist()])
+    return torch.stack([attention_entropy(attn_type, direction * n, k, chunk, kernel_kwargs) for n in norms.tolist()])
 
 
 def pearson(x: torch.Tensor, y: torch.Tensor) -> float:

@@ -1,18 +1,5 @@
-"""Parameters and MACs from torch's dispatch-level FLOP counter, and the paper's claims.
-
-:class:`torch.utils.flop_counter.FlopCounterMode` sees every aten op a forward pass runs, so
-matrix products inside the attention kernels are counted wherever they come from:
-
-* ``mm`` / ``addmm``: Linear layers (bias adds not counted);
-* ``bmm``: batched matmuls and einsums, e.g. NaLa's phi_k^T v, phi_q . state, phi_q . mean(phi_k);
-* ``convolution``: all convolutions, grouped/depthwise ones at their true cost;
-* scaled_dot_product_attention: q k^T and attn v (2 N^2 d per head), on every backend.
-
-Not counted: elementwise work and reductions (powers, tanh, RoPE, softmax exp, norms,
-activations, means). fvcore, which the paper's numbers come from, counts the same products
-and also norms (about 5 per element for LayerNorm) and pooling, so its totals are slightly
-(about 1-2%) higher. MACs here are FLOPs / 2, the unit fvcore reports.
-"""
+"""Parameters and MACs (FLOPs / 2, fvcore's unit) from torch's dispatch-level FLOP counter, which sees every matrix
+product, also inside the attention kernels (what is counted: docs/flops_table.md); and the paper's claims."""
 import copy
 from dataclasses import dataclass
 from typing import Dict, List, Optional, Sequence, Tuple
@@ -71,12 +58,8 @@ def count_params(model: nn.Module) -> int:
 
 
 def count_flops(model: nn.Module, input_shape: Sequence[int], device: Optional[str] = None) -> FlopCount:
-    """Count one eval-mode forward on an input of ``input_shape`` (B, C, H, W).
-
-    ``device=None`` runs on a ``meta`` copy of the model (no memory, no compute) and falls back to
-    the model's own device for ops without a meta implementation; otherwise the model (already on
-    ``device``) runs there. The model's weights are not modified.
-    """
+    """Count one eval-mode forward on an input of ``input_shape`` (B, C, H, W): on ``device`` (where the model is),
+    or (None) on a ``meta`` copy, falling back to the model's device for ops without a meta implementation."""
     if device is not None:
         return _count(model, input_shape, torch.device(device))
     try:
@@ -110,8 +93,8 @@ def variant_rows(specs: Sequence[str] = TABLE_SPECS, img_size: Tuple[int, int] =
     for text in specs:
         spec = parse_model_spec(text)
         hybrid = model_flops(spec, img_size)
-        all_nala = model_flops(ModelSpec(spec.name, {**spec.kwargs, 'attn_types': 'nala'}), img_size)
-        claim = PAPER_CLAIMS.get(spec.name)
+        all_nala = model_flops(ModelSpec(spec.arch, {**spec.kwargs, 'attn_types': 'nala'}), img_size)
+        claim = PAPER_CLAIMS.get(spec.arch)
         matches = claim is not None and (abs(hybrid.params - claim[0]) < PARAMS_TOLERANCE
                                          and abs(hybrid.macs - claim[1]) < FLOPS_REL_TOLERANCE * claim[1])
         rows.append(dict(model=spec.label, params=hybrid.params, macs_hybrid=hybrid.macs,

@@ -8,13 +8,16 @@ import resource
 import subprocess
 import sys
 import time
+from pathlib import Path
 from typing import Dict, Iterable, Iterator, List, Optional
 
 import torch
 
-__all__ = ['CONTENTION_CORES', 'Contention', 'ProcessFailed', 'busy_process', 'child_environment', 'device_name',
-           'load_average', 'peak_bandwidth']
+__all__ = ['CHECKOUT', 'CONTENTION_CORES', 'Contention', 'ProcessFailed', 'busy_process', 'child_environment',
+           'device_name', 'load_average', 'peak_bandwidth']
 
+# The repository the package runs from (editable install or PYTHONPATH): its tools/ and configs/ for child processes.
+CHECKOUT = Path(__file__).resolve().parents[2]
 # Samples are flagged when other processes kept more than this many cores busy on average.
 CONTENTION_CORES = 0.25
 # Peak DRAM bandwidth in GB/s by device-name substring (vendor datasheets), first match wins.

@@ -1,35 +1,24 @@
-"""The mechanism study's measurements and statistics (``tools/analysis/mechanism_study.py`` drives them).
+"""The mechanism studies' measurements on trained q, k and their statistics over seeds (docs/mechanism_study.md).
 
-For a trained NaLaFormer whose stages all use one kernel, :func:`measure_stages` takes, in every stage
-with more than one token, the q, k entering the first block's kernel on a fixed set of images (for a
-NaLa-SR network, :func:`measure_global_slots`: the global attention of each residual group) and
-computes (with :mod:`nalaformer.analysis.entropy`: exact, RoPE off, the kernel's own feature maps):
-
-* ``spearman`` / ``pearson``: correlation between each query's norm |q| and its attention entropy,
-  pooled over images, heads and queries (the paper's claim: negative for softmax and NaLa);
-* the norm sweep: the same query directions rescaled to fixed norms; ``sweep_change`` is the mean
-  entropy at the largest norm minus that at the smallest, ``sweep_max_abs_change`` the largest change
-  of any single query's entropy over the sweep (0 up to rounding for a kernel that ignores |q|:
-  ``relu`` is positively homogeneous, ``const_power`` uses only q's direction).
-
-:func:`summarise` gives mean and sample standard deviation over seeds (:func:`format_mean_std` writes them for
-a table); :func:`compare` calls two cells a tie when their means differ by less than the larger of their
-standard deviations.
+Per stage (or NaLa-SR group): ``spearman`` / ``pearson`` of |q| and attention entropy, pooled over images, heads and
+queries; the norm sweep (``sweep_change``: mean entropy at the largest norm minus the smallest;
+``sweep_max_abs_change``: the largest change of one query's entropy). Two cells tie when their means differ by less
+than the larger standard deviation.
 """
 import math
-from typing import Dict, Iterable, List, Optional, Sequence
+from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
 import torch
 import torch.nn as nn
 
 from .entropy import attention_entropy, capture_kernel_qk, capture_qk, norm_sweep, pearson, spearman
 
-__all__ = ['STUDY_KERNELS', 'ABLATION_CHAIN', 'measure_qk', 'measure_stages', 'measure_global_slots', 'summarise',
-           'compare', 'format_mean_std', 'sweep_norms']
+__all__ = ['STUDY_ATTN_TYPES', 'ABLATION_CHAIN', 'entropy_and_sweep', 'measure_qk', 'spread', 'measure_stages', 'measure_global_slots', 'summarise',
+           'compare', 'format_mean_std', 'sweep_norms', 'verdict']
 
 # The issue's kernels, in the paper's order: softmax, the kernel linear attentions that lose the norm,
 # then the ablation ReLU split + constant power -> + cosine inhibit -> + norm-aware power (NaLa).
-STUDY_KERNELS = ('softmax', 'relu', 'elu', 'const_power', 'nala_cos', 'nala')
+STUDY_ATTN_TYPES = ('softmax', 'relu', 'elu', 'const_power', 'nala_cos', 'nala')
 # The paper's ablation (ImageNet top-1): const_power 82.1 < nala_cos 82.5 < nala 82.9.
 ABLATION_CHAIN = ('const_power', 'nala_cos', 'nala')
 
@@ -43,36 +32,44 @@ def _finite_or_none(x: float) -> Optional[float]:
     return x if math.isfinite(x) else None
 
 
+def spread(values: torch.Tensor) -> Dict[str, float]:
+    """The smallest, median and largest of ``values``."""
+    return dict(min=float(values.min()), median=float(values.median()), max=float(values.max()))
+
+
 @torch.no_grad()
-def measure_qk(q: torch.Tensor, k: torch.Tensor, kernel: str, norms: torch.Tensor, sweep_queries: int = 64,
+def entropy_and_sweep(q: torch.Tensor, k: torch.Tensor, attn_type: str, norms: torch.Tensor, sweep_queries: int,
+                      chunk: int = 1024) -> Tuple[torch.Tensor, torch.Tensor]:
+    """Each query's attention entropy under ``attn_type`` (B, heads, N), and the norm sweep (S, queries) of about
+    ``sweep_queries`` query directions per head (every ``N // sweep_queries``-th query)."""
+    stride = max(1, q.shape[-2] // sweep_queries)
+    return attention_entropy(attn_type, q, k, chunk), norm_sweep(attn_type, q[..., ::stride, :], k, norms, chunk).flatten(1)
+
+
+@torch.no_grad()
+def measure_qk(q: torch.Tensor, k: torch.Tensor, attn_type: str, norms: torch.Tensor, sweep_queries: int = 64,
                chunk: int = 1024) -> Dict:
-    """Norm/entropy statistics of ``kernel`` on trained q, k (B, heads, N, d), N > 1 (see the module doc)."""
+    """Norm/entropy statistics of ``attn_type`` on trained q, k (B, heads, N, d), N > 1 (see the module doc)."""
     q, k = q.double(), k.double()
-    n = q.shape[-2]
     q_norm = torch.linalg.vector_norm(q, dim=-1)
-    h = attention_entropy(kernel, q, k, chunk)
+    h, sweep = entropy_and_sweep(q, k, attn_type, norms, sweep_queries, chunk)
     finite = h[h.isfinite()]
-    stride = max(1, n // sweep_queries)
-    sweep = norm_sweep(kernel, q[..., ::stride, :], k, norms, chunk).flatten(1)  # (S, queries)
     mean_sweep = sweep.nanmean(dim=1)
     deviation = (sweep - sweep[:1]).abs()
     deviation = deviation[deviation.isfinite()]
     return dict(
         spearman=_finite_or_none(spearman(q_norm, h)), pearson=_finite_or_none(pearson(q_norm, h)),
-        undefined_rows=int((~h.isfinite()).sum()),
-        query_norm=dict(min=float(q_norm.min()), median=float(q_norm.median()), max=float(q_norm.max())),
-        entropy=dict(min=float(finite.min()), median=float(finite.median()), max=float(finite.max()))
-        if finite.numel() else None,
-        sweep_mean_entropy=mean_sweep.tolist(),
+        undefined_rows=int((~h.isfinite()).sum()), query_norm=spread(q_norm),
+        entropy=spread(finite) if finite.numel() else None, sweep_mean_entropy=mean_sweep.tolist(),
         sweep_change=float(mean_sweep[-1] - mean_sweep[0]),
         sweep_max_abs_change=float(deviation.max()) if deviation.numel() else None,
     )
 
 
 @torch.no_grad()
-def measure_stages(model: nn.Module, images: torch.Tensor, kernel: str, norms: torch.Tensor,
+def measure_stages(model: nn.Module, images: torch.Tensor, attn_type: str, norms: torch.Tensor,
                    sweep_queries: int = 64, chunk: int = 1024, block: int = 0) -> List[Dict]:
-    """Entropy/norm statistics of ``kernel`` on the trained q, k of block ``block`` of every stage.
+    """Entropy/norm statistics of ``attn_type`` on the trained q, k of block ``block`` of every stage.
 
     Stages with one token (entropy 0 whatever the kernel) are reported with ``tokens`` and no statistics.
     """
@@ -82,13 +79,13 @@ def measure_stages(model: nn.Module, images: torch.Tensor, kernel: str, norms: t
         n = q.shape[-2]
         row = dict(stage=stage, grid=list(grid), tokens=n, heads=q.shape[1], head_dim=q.shape[-1], log_n=math.log(n))
         if n > 1:
-            row.update(measure_qk(q, k, kernel, norms, sweep_queries, chunk))
+            row.update(measure_qk(q, k, attn_type, norms, sweep_queries, chunk))
         out.append(row)
     return out
 
 
 @torch.no_grad()
-def measure_global_slots(model: nn.Module, images: torch.Tensor, kernel: str, norms: torch.Tensor,
+def measure_global_slots(model: nn.Module, images: torch.Tensor, attn_type: str, norms: torch.Tensor,
                          sweep_queries: int = 64, chunk: int = 1024) -> List[Dict]:
     """:func:`measure_qk` of the global attention in the first layer of every residual group of a NaLa-SR
     network (``nalaformer.models.nala_sr``) on LR images (B, 3, h, w) in [0, 1]: one row per group (``stage``
@@ -101,7 +98,7 @@ def measure_global_slots(model: nn.Module, images: torch.Tensor, kernel: str, no
         q, k = capture_kernel_qk(model, slot.attn.kernel, images)
         n = q.shape[-2]
         row = dict(stage=group, tokens=n, heads=q.shape[1], head_dim=q.shape[-1], log_n=math.log(n))
-        row.update(measure_qk(q, k, kernel, norms, sweep_queries, chunk))
+        row.update(measure_qk(q, k, attn_type, norms, sweep_queries, chunk))
         out.append(row)
     return out
 
@@ -143,6 +140,12 @@ def compare(a: Dict, b: Dict) -> str:
     if abs(a['mean'] - b['mean']) < max(a['std'], b['std']):
         return 'tie'
     return '>' if a['mean'] > b['mean'] else '<'
+
+
+def verdict(a: str, b: str, stat_a: Dict, stat_b: Dict, **fields) -> Dict:
+    """``fields``, then a vs b: the difference of their means, the larger standard deviation, :func:`compare`."""
+    return dict(**fields, a=a, b=b, diff=stat_a['mean'] - stat_b['mean'], spread=max(stat_a['std'], stat_b['std']),
+                verdict=compare(stat_a, stat_b))
 
 
 def format_mean_std(stat: Optional[Dict], digits: int = 2, signed: bool = False) -> str:

@@ -1,8 +1,7 @@
 """A benchmark's result rows: a row that fails stops the run with its error, unless the run was asked to keep going
 (``--keep-going``), and then the row records the error; running out of memory is a result, not a failure. Also the
-ratios of rows to a baseline row, the formatting of optional figures, and the writing of a report (JSON, atomically)
-and its figures."""
-import argparse
+ratios of rows to a baseline row, the formatting of optional figures and tables, and the writing of a report (JSON,
+atomically) and its figure."""
 import gc
 import json
 import os
@@ -10,12 +9,12 @@ import sys
 import traceback
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Dict, Hashable, List, Optional, Tuple, TypeVar, Union
+from typing import Callable, Dict, Hashable, Iterable, List, Optional, Sequence, TypeVar, Union
 
 import torch
 
-__all__ = ['Failure', 'add_keep_going_arg', 'add_ratios', 'attempt', 'format_error', 'format_optional',
-           'out_of_memory', 'outputs_line', 'save_figure', 'write_json']
+__all__ = ['Failure', 'add_ratios', 'attempt', 'format_error', 'format_optional', 'markdown_table', 'out_of_memory',
+           'write_json', 'write_report']
 
 OUT_OF_MEMORY = 'out of memory'
 ERROR = 'error'
@@ -31,11 +30,6 @@ class Failure:
 
     def as_row(self) -> Dict[str, str]:
         return dict(status=self.status, error=self.error)
-
-
-def add_keep_going_arg(parser: argparse.ArgumentParser):
-    parser.add_argument('--keep-going', action='store_true',
-                        help='record the error of a failing row and go on (default: stop with the error)')
 
 
 def out_of_memory(error: BaseException) -> bool:
@@ -88,19 +82,10 @@ def format_optional(value: Optional[float], spec: str) -> str:
     return 'n/a' if value is None else format(value, spec)
 
 
-def outputs_line(meta: Dict, *paths: Path) -> str:
-    """The last line a benchmark prints: the load averages at its start and end, and the files it wrote."""
-    return f"load {meta['load_at_start']} -> {meta['load_at_end']}; wrote {' and '.join(map(str, paths))}"
-
-
-def save_figure(fig, path: Path, dpi: int = 110, rect: Optional[Tuple[float, float, float, float]] = None):
-    """Lay out a matplotlib figure (``tight_layout`` within ``rect``, default the whole figure), save it to
-    ``path`` (its folder made if needed) and close it."""
-    import matplotlib.pyplot as plt
-    fig.tight_layout(rect=rect)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=dpi)
-    plt.close(fig)
+def markdown_table(header: Sequence[str], rows: Iterable[Sequence[str]]) -> str:
+    """A Markdown table of string cells."""
+    lines = ['| ' + ' | '.join(header) + ' |', '|' + '---|' * len(header)]
+    return '\n'.join(lines + ['| ' + ' | '.join(row) + ' |' for row in rows])
 
 
 def write_json(path: Path, report: Dict):
@@ -109,3 +94,17 @@ def write_json(path: Path, report: Dict):
     tmp = path.with_name(path.name + '.tmp')
     tmp.write_text(json.dumps(report, indent=2) + '\n')
     os.replace(tmp, path)
+
+
+def write_report(report: Dict, json_path: Path, plot: Optional[Callable[[Dict, Path], None]] = None,
+                 png_path: Optional[Path] = None) -> str:
+    """Write ``report`` to ``json_path`` (:func:`write_json`) and, given ``plot``, its figure to ``png_path``; the last
+    line a benchmark prints: the load averages at its start and end (where its ``meta`` has them), the files."""
+    write_json(json_path, report)
+    paths = [json_path]
+    if plot is not None:
+        plot(report, png_path)
+        paths.append(png_path)
+    meta = report.get('meta', {})
+    load = f"load {meta['load_at_start']} -> {meta['load_at_end']}; " if 'load_at_end' in meta else ''
+    return f"{load}wrote {' and '.join(map(str, paths))}"

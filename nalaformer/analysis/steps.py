@@ -31,14 +31,9 @@ def backend_context(backend: Optional[str]) -> Callable[[], ContextManager]:
 
 
 class ModelStep:
-    """One iteration of ``model`` on fixed ``inputs``; call it to run one.
-
-    ``mode`` 'infer': a forward under inference_mode (``model`` in eval mode); 'train': forward, ``loss_fn(output,
-    target)``, backward and ``optimizer`` step (``model`` in train mode), with a GradScaler for fp16 unless
-    ``grad_scaling`` is off. Both under :func:`autocast` for ``amp`` and within ``context()`` (e.g. a NaLa backend,
-    :func:`backend_context`). A training step keeps each loss (a 0-dim tensor, read without a device sync) in
-    ``losses``.
-    """
+    """One iteration of ``model`` on fixed ``inputs`` per call, under :func:`autocast` and ``context()``: 'infer', a
+    forward under inference_mode; 'train', forward, ``loss_fn``, backward and ``optimizer`` step (a GradScaler for
+    fp16 unless ``grad_scaling`` is off), keeping each loss (0-dim, not synced) in ``losses``."""
 
     def __init__(self, model: nn.Module, inputs: torch.Tensor, mode: str, device: torch.device, amp: str = 'none',
                  loss_fn: Optional[Callable] = None, target: Optional[torch.Tensor] = None,

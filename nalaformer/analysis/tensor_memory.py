@@ -1,20 +1,9 @@
 """Peak tensor memory of a computation, counted rather than measured: also for runs too large for any machine.
 
-:class:`LiveTensorMemory` is a dispatch mode that counts the bytes of every tensor storage created while it is
-active, as long as something (a Python name, autograd's saved tensors, an optimizer) keeps it alive, and the
-peak of that count. Under PyTorch's ``FakeTensorMode`` tensors have shapes, dtypes and storages but no data,
-so :func:`fake_memory` runs a model of any size (a training step with an explicit softmax over 73,728 tokens
-needs ~1.8 TB) in seconds and little memory, and reports what its tensors would occupy.
-
-What it counts: every storage an operator returns that is not one of its inputs' (views and in-place results
-are not new memory); storages are freed when their last reference goes. The project's own custom operators
-(namespace ``nalaformer``, e.g. the NaLa fast op) are run through their Python implementation inside the mode,
-so their temporaries count too. What it cannot see: memory an operator allocates internally without a tensor
-(library workspaces, e.g. oneDNN / cuBLAS scratch, SDPA's per-thread buffers), the allocator's rounding and
-caching, and everything that is not a tensor. On CPU, with glibc mapping each tensor fresh
-(``MALLOC_MMAP_THRESHOLD_=131072``, so that freed tensors leave the resident set), a run's resident memory
-above its state after a first iteration agreed within 1% with this count for NaLa-SR at 64x64 (tested within
-10% in tests/test_sr_benchmark.py).
+:class:`LiveTensorMemory` counts the bytes of every live tensor storage an operator creates (views and in-place
+results are not new; the project's custom operators are counted through their Python implementation); under
+``FakeTensorMode`` (:func:`fake_memory`) a model of any size runs in seconds without data. Not seen: library
+workspaces, the allocator's rounding and caching (measured and counted agree within 10%: tests/test_sr_benchmark.py).
 """
 import gc
 import weakref
@@ -27,9 +16,10 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
+from .memory import MIB
+
 __all__ = ['LiveTensorMemory', 'TensorMemory', 'fake_memory']
 
-MIB = 2 ** 20
 # Custom-operator namespaces whose Python implementation runs inside the mode (their temporaries counted).
 DECOMPOSED_NAMESPACES = ('nalaformer',)
 
@@ -92,12 +82,8 @@ class TensorMemory:
 
 
 def fake_memory(build: Callable[[], Callable[[], None]], warmup: int = 1, iterations: int = 2) -> TensorMemory:
-    """Tensor memory of ``build()``'s step, on fake tensors: nothing is computed, nothing real is stored.
-
-    ``build`` makes the model, inputs and optimizer on the CPU device (it runs under ``FakeTensorMode``) and
-    returns one iteration (with its own autocast, if any); ``warmup`` iterations run first (their one-off
-    allocations, e.g. optimizer state, stay alive as in a real run), then ``iterations`` counted ones.
-    """
+    """Tensor memory of ``build()``'s step (built on the CPU device) on fake tensors: ``warmup`` iterations (their
+    allocations, e.g. optimizer state, stay alive), then ``iterations`` counted ones."""
     tracker = LiveTensorMemory()
     with FakeTensorMode(), tracker:
         step = build()

@@ -40,9 +40,8 @@ def timed(step: Step, device: torch.device) -> float:
 
 def time_repeats(step: Step, device: torch.device, warmup: int, repeats: int) -> List[float]:
     """Times (ms) of ``repeats`` calls of ``step`` after ``warmup`` untimed ones."""
-    for _ in range(warmup):
-        step()
-    return [timed(step, device) for _ in range(repeats)]
+    warmed = _warmed(step, warmup)
+    return [timed(warmed, device) for _ in range(repeats)]
 
 
 @dataclass
@@ -54,15 +53,18 @@ class Timing:
     contention: Dict
     steps: Dict[str, Step]
 
+    def row(self, label: str, batch: Optional[int] = None) -> Dict:
+        """``label``'s statistics (:func:`summarize`, status 'ok'), or its failure with ``median_ms`` None."""
+        if label in self.failures:
+            return dict(self.failures[label].as_row(), median_ms=None)
+        return dict(status='ok', **summarize(self.samples[label], batch))
+
 
 def time_steps(builders: Dict[str, Callable[[], Step]], device: torch.device, warmup: int, repeats: int,
                keep_going: bool, what: str) -> Timing:
-    """Build every step and run its ``warmup`` calls, then time ``repeats`` rounds, each calling every step once.
-
-    A step that fails to build or run stops the run with its error, or, running out of memory or with
-    ``keep_going``, is recorded as failed and left out of the rounds (:func:`attempt`). ``what`` names the
-    measurement in progress bars and warnings (e.g. '224x224 b8').
-    """
+    """Build every step and run its ``warmup`` calls, then time ``repeats`` rounds, each calling every step once; a
+    step that fails is handled by :func:`attempt` (left out of the rounds if recorded). ``what`` names the
+    measurement in progress bars and warnings (e.g. '224x224 b8')."""
     steps, failures = {}, {}
     for label, build in tqdm(builders.items(), desc=f'build {what}', leave=False):
         result = attempt(lambda: _warmed(build(), warmup), keep_going, f'{label} at {what}')

@@ -13,9 +13,9 @@ from .errors import (
     NotResumableError,
 )
 from .loading import (
-    LoadReport, check_checkpoint_file, check_recorded_definitions, check_starting_weights, check_state_dict_fits,
-    config_key_error, load_checkpoint_into, load_starting_weights, loading_options, pretrained_kwargs,
-    pretrained_options, pretrained_weights,
+    LoadReport, check_checkpoint_file, check_recorded_definitions, check_shapes, check_starting_weights,
+    check_state_dict_fits, config_key_error, load_checkpoint_into, load_starting_weights, loading_options,
+    pretrained_kwargs, pretrained_options, pretrained_weights, shape_mismatches,
 )
 from .reading import (
     EMA_KEYS, ORIGIN_KEY, TIMM_FOLDER_WEIGHTS, WEIGHT_KEYS, Checkpoint, is_converted_file, is_timm_folder,

@@ -14,7 +14,7 @@ from typing import List, Optional, Tuple
 
 import torch.nn as nn
 
-from ..ops.nala import kernel_function
+from ..ops.kernels import kernel_function
 from .errors import DefinitionMismatchError
 
 __all__ = ['LOADING_KWARGS', 'plain', 'model_definition', 'definition_modules', 'model_definitions', 'definition_args',
@@ -90,9 +90,10 @@ def _function(model_args: dict) -> dict:
     filled in, fused implementations equal to the reference)."""
     args = dict(model_args)
     if 'attn_types' in args:
-        names = args.pop('attn_types')
-        kwargs = args.pop('kernel_kwargs', None) or [None] * len(names)
-        args['attn_types'] = [kernel_function(name, kw) for name, kw in zip(names, kwargs)]
+        attn_types = args.pop('attn_types')
+        kernel_kwargs = args.pop('kernel_kwargs', None) or [None] * len(attn_types)
+        args['attn_types'] = [kernel_function(attn_type, kwargs)
+                              for attn_type, kwargs in zip(attn_types, kernel_kwargs)]
     return args
 
 

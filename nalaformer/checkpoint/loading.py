@@ -11,17 +11,32 @@ import contextlib
 import contextvars
 import warnings
 from dataclasses import dataclass
-from typing import Iterator, Optional, Sequence, Tuple, Union
+from typing import Iterator, List, Optional, Sequence, Tuple, Union
 
 import torch.nn as nn
 
 from .definitions import check_definition, definition_modules, unwrap
 from .errors import CheckpointError, MissingCheckpointError
-from .reading import Checkpoint, PathLike, StateDict, strip_wrapper_prefixes
+from .reading import Checkpoint, PathLike, StateDict
 
-__all__ = ['check_state_dict_fits', 'check_recorded_definitions', 'load_checkpoint_into', 'loading_options',
-           'pretrained_options', 'pretrained_weights', 'pretrained_kwargs', 'LoadReport', 'load_starting_weights',
-           'check_starting_weights', 'check_checkpoint_file', 'config_key_error']
+__all__ = ['shape_mismatches', 'check_shapes', 'check_state_dict_fits', 'check_recorded_definitions',
+           'load_checkpoint_into', 'loading_options', 'pretrained_options', 'pretrained_weights', 'pretrained_kwargs',
+           'LoadReport', 'load_starting_weights', 'check_starting_weights', 'check_checkpoint_file', 'config_key_error']
+
+
+def shape_mismatches(state_dict: StateDict, own: StateDict) -> List[str]:
+    """``'key: (shape) vs (model's shape)'`` for each tensor of ``state_dict`` whose key the model's state dict
+    ``own`` holds with another shape. The one shape check: every check of a checkpoint against a model uses it."""
+    return [f'{key}: {tuple(value.shape)} vs {tuple(own[key].shape)}' for key, value in state_dict.items()
+            if key in own and own[key].shape != value.shape]
+
+
+def check_shapes(state_dict: StateDict, own: StateDict, hint: str = '') -> None:
+    """Raise :class:`CheckpointError` naming the tensors of ``state_dict`` whose shapes differ from the model's
+    (``own``, its state dict); ``hint`` (e.g. ' (another upscale?)') says what that may mean."""
+    mismatched = shape_mismatches(state_dict, own)
+    if mismatched:
+        raise CheckpointError(f'checkpoint tensors have the wrong shape for this model{hint}: {mismatched[:5]}')
 
 
 def check_state_dict_fits(model: nn.Module, state_dict: StateDict) -> None:
@@ -30,8 +45,7 @@ def check_state_dict_fits(model: nn.Module, state_dict: StateDict) -> None:
     When the mismatch is inside a model of this project whose family can name architectures
     (``architecture_of``), the message says what the checkpoint looks like and what the model is.
     """
-    own = model.state_dict()
-    mismatched = [k for k, v in state_dict.items() if k in own and own[k].shape != v.shape]
+    mismatched = shape_mismatches(state_dict, model.state_dict())
     if not mismatched:
         return
     message = f'checkpoint does not fit the model: {len(mismatched)} tensors differ in shape, e.g. {mismatched[:3]}'
@@ -147,8 +161,6 @@ def pretrained_kwargs(variant: str, kwargs: dict) -> Tuple[dict, dict]:
         raise ValueError(
             f'{variant}: no weights are hosted for download; pass a local checkpoint with '
             f"pretrained_cfg_overlay=dict(file='path/to/checkpoint.pth' or '.safetensors')")
-    if overlay.get('state_dict'):  # handed to the family's filter by timm: with the model's own keys
-        overlay['state_dict'] = strip_wrapper_prefixes(overlay['state_dict'])
     overlay.setdefault('custom_load', bool(overlay.get('file')))
     return {**kwargs, 'pretrained_cfg_overlay': overlay}, options
 

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple, Union
 
 import torch
+from timm.models import clean_state_dict
 
 from .errors import CheckpointError, CorruptCheckpointError, MissingCheckpointError, NotACheckpointError
 
@@ -37,9 +38,9 @@ WEIGHT_KEYS = ('state_dict', 'model', 'module')
 EMA_KEYS = ('ema_state_dict', 'state_dict_ema', 'model_ema')
 # Where checkpoints written here record the models they hold (nalaformer.checkpoint.definitions).
 DEFINITIONS_KEY = 'model_definitions'
-# Prefixes wrappers put before a model's own keys: DDP, torch.compile, our mmengine models
-# (classification 'model.', dense tasks 'backbone.model.model.'); used for files without definitions.
-_WRAPPER_PREFIXES = re.compile(r'^(module\.|_orig_mod\.|backbone\.|model\.)+')
+# Prefixes our mmengine models put before a timm model's own keys (classification 'model.', dense tasks
+# 'backbone.model.model.'); DDP's and torch.compile's are timm's clean_state_dict's.
+_RUNNER_PREFIXES = re.compile(r'^(backbone\.|model\.)+')
 # The weights of a timm hub folder, in timm's order of preference (save_for_hf writes these names).
 TIMM_FOLDER_WEIGHTS = ('model.safetensors', 'pytorch_model.bin')
 # config.json entry of our folders saying whether the weights are a run's EMA weights.
@@ -327,8 +328,9 @@ def read_checkpoint(path: PathLike, ema: bool = False) -> StateDict:
 
 
 def strip_wrapper_prefixes(state_dict: StateDict) -> StateDict:
-    """Drop the prefixes that DDP, torch.compile and our mmengine models put before a model's keys."""
-    return {_WRAPPER_PREFIXES.sub('', k): v for k, v in state_dict.items()}
+    """The state dict with a model's own keys: without the prefixes that DDP and torch.compile (timm's
+    ``clean_state_dict``) and then our mmengine models put before them. The one place that strips them."""
+    return {_RUNNER_PREFIXES.sub('', k): v for k, v in clean_state_dict(state_dict).items()}
 
 
 def newest_readable_checkpoint(directory: PathLike, exclude: Sequence[PathLike] = ()) -> Optional[Path]:

@@ -23,6 +23,7 @@ from typing import Optional, Sequence, Tuple
 import numpy as np
 from PIL import Image, ImageDraw
 
+from ..images import to_uint8
 from .super_resolution import bicubic_lr
 
 __all__ = ['synthetic_image', 'random_polygon', 'write_image_folder', 'write_segmentation', 'write_coco',
@@ -41,7 +42,7 @@ def synthetic_image(rng: np.random.Generator, size: Size, grey: bool = False) ->
     t = ((t - t.min()) / max(float(t.max() - t.min()), 1e-6))[..., None]  # (H, W, 1) in [0, 1]
     start, end = rng.uniform(0, 255, 3).astype(np.float32), rng.uniform(0, 255, 3).astype(np.float32)
     pixels = start + t * (end - start) + rng.normal(0, 6, (height, width, 1)).astype(np.float32)
-    image = Image.fromarray(pixels.clip(0, 255).astype(np.uint8))
+    image = Image.fromarray(to_uint8(pixels, peak=255))
     return image.convert('L') if grey else image
 
 

@@ -17,11 +17,11 @@ import shutil
 from pathlib import Path
 from typing import Dict, Iterable, Optional, Union
 
-from timm.data.readers.img_extensions import get_img_extensions
 from tqdm import tqdm
 
 from ..errors import ConfigError, DatasetError, DestinationError
 from ..files import atomic_folder, contained, same_path
+from ..images import IMAGE_FOLDER_EXTENSIONS
 from .written import check_dataset_destination, write_marker
 
 __all__ = ['MODES', 'FULL_SET', 'flat_images', 'read_ground_truth', 'read_devkit_ground_truth', 'read_id_to_wnid',
@@ -142,9 +142,8 @@ def read_ground_truth(ground_truth: PathLike, meta: Optional[PathLike] = None) -
 
 def flat_images(src: Path) -> Dict[str, str]:
     """File name without extension -> file name, for the images directly in ``src``."""
-    extensions = get_img_extensions()
     return {os.path.splitext(entry.name)[0]: entry.name for entry in os.scandir(src)
-            if entry.is_file() and os.path.splitext(entry.name)[1].lower() in extensions}
+            if entry.is_file() and os.path.splitext(entry.name)[1].lower() in IMAGE_FOLDER_EXTENSIONS}
 
 
 def _examples(names: Iterable[str], n: int = 3) -> str:

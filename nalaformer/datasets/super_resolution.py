@@ -12,19 +12,15 @@ Writers never replace files they did not write unless ``overwrite``; every file 
 written under a temporary name and renamed into place.
 """
 import os
-import tempfile
 from pathlib import Path
 from typing import Dict, Iterable, Sequence, Tuple, Union
 
 import numpy as np
-from PIL import Image
 from tqdm import tqdm
 
-from ..engine.sr_data import image_files, read_image
-from ..engine.sr_metrics import calculate_psnr
 from ..errors import ConfigError, DatasetError, DestinationError
 from ..files import atomic_folder
-from ..imresize import imresize
+from ..images import calculate_psnr, image_files, imresize, read_image, save_image
 
 PHOTOS = Path('/usr/share/backgrounds/mate/nature')
 BUTTERFLY = Path('/usr/share/doc/opencv-doc/examples/dnn_superres/butterfly.png')
@@ -37,18 +33,6 @@ def bicubic_lr(hr: np.ndarray, scale: int) -> np.ndarray:
     """(H, W, 3) uint8 -> (H // scale, W // scale, 3): the HR image cut to a multiple of the scale, shrunk."""
     h, w = hr.shape[0] // scale * scale, hr.shape[1] // scale * scale
     return imresize(hr[:h, :w], 1 / scale)
-
-
-def save_image(image: np.ndarray, path: Path) -> None:
-    """Write an image (format by extension) under a temporary name in the same folder, then rename it into place."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f'.{path.name}.', suffix=path.suffix)
-    os.close(fd)
-    try:
-        Image.fromarray(image).save(tmp)
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.remove(tmp)
 
 
 def lr_path(lr_root: Path, stem: str, scale: int) -> Path:

@@ -1,18 +1,13 @@
-"""What mmengine needs for classification and super-resolution with timm models; importing registers it all.
-
-Everything else (Runner, optimizers, schedulers, EMA, logging, checkpoint hooks) is
-mmengine's own; data augmentation, Mixup/CutMix and losses are timm's.
+"""The runner core every task shares (mmengine's Runner with checks, resumable loops, hooks, work dirs); importing
+registers it. It names no task: classification, super-resolution and dense prediction are plug-ins
+(:mod:`nalaformer.classification`, :mod:`nalaformer.sr`, :mod:`nalaformer.dense`) that a config imports
+(``custom_imports``) and that answer the core through :mod:`nalaformer.engine.model_spec` (which part of a config
+is the timm model) and :mod:`nalaformer.engine.datasets` (data checks, dry-run data).
 """
 from .checkpoint import NaLaRunner, ResumableCheckpointHook
-from .classifier import TimmClassifier
 from .containment import ContainedCheckpointHook
-from .data import ImageFolderDataset, RepeatAugSampler, UnreadableImageHook
 from .guard import DivergenceError, NonFiniteGuardHook
+from .hooks import DualEMAHook, EpochSeedHook, UnreadableImageHook
 from .loops import ResumableEpochBasedTrainLoop, ResumableIterBasedTrainLoop
-from .preemption import Preempted, PreemptionHook
-from .hooks import DualEMAHook, EpochSeedHook
-from .metrics import Accuracy
 from .optim import CPUAmpOptimWrapper
-from .sr_data import SRBenchmarkDataset, SRPairedDataset
-from .sr_metrics import SRMetric
-from .sr_model import SRModel
+from .preemption import Preempted, PreemptionHook

@@ -116,7 +116,8 @@ class NaLaRunner(Runner):
     """mmengine's Runner whose checkpoints are atomic (temporary file, then rename), record the
     definitions of the project's models (``meta.model_definitions``) and every rank's random-number
     state (``meta.rng_states``), are checked against the definitions on load, are deleted only inside the work
-    dir (:class:`~nalaformer.engine.containment.ContainedCheckpointHook`), and whose training loops
+    dir (:class:`~nalaformer.engine.containment.ContainedCheckpointHook`), load with ``weights_only=True``
+    (:class:`ResumableCheckpointHook`, added where a config names none), and whose training loops
     resume from any iteration (:mod:`nalaformer.engine.loops`); its ``auto_scale_lr`` counts gradient
     accumulation in the total batch and logs what it set."""
 
@@ -136,6 +137,16 @@ class NaLaRunner(Runner):
             path = osp.join(self.log_dir, name)
         with atomic_file(path) as tmp:
             self.cfg.dump(str(tmp))
+
+    def register_hooks(self, default_hooks=None, custom_hooks=None) -> None:
+        """mmengine's, with a :class:`ResumableCheckpointHook` added where the config names none: every checkpoint
+        of this runner loads with ``weights_only=True``, whichever task plug-in's config it runs."""
+        custom_hooks = list(custom_hooks or [])
+        if not any(isinstance(hook, ResumableCheckpointHook)
+                   or isinstance(hook, dict) and hook.get('type') in ('ResumableCheckpointHook', ResumableCheckpointHook)
+                   for hook in custom_hooks):
+            custom_hooks.append(dict(type='ResumableCheckpointHook'))
+        super().register_hooks(default_hooks, custom_hooks)
 
     def register_hook(self, hook, priority=None) -> None:
         """mmengine's, with its ``CheckpointHook`` replaced by one that deletes only inside the work dir

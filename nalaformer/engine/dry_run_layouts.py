@@ -2,87 +2,28 @@
 
 Every dataset (inside wrappers such as RepeatDataset or ConcatDataset) gets its ``data_root`` moved into a
 data folder (``data/coco/`` -> ``<folder>/data/coco``; absolute ``ann_file`` / ``data_prefix`` paths and the
-evaluators' ``ann_file`` likewise), and the files its class reads are written there by
-:mod:`nalaformer.datasets.dry_run_data`, in the layout its config names, at sizes realistic for the task:
-
-================================  ===================================================================
-dataset class (or a subclass)      what is written
-================================  ===================================================================
-ImageFolderDataset                 ``<split>/<class>/*``: one image per class of the model (or of
-                                   ``classes``), 500x375 JPEG (input >= 128 px) or 28x28 grey PNG
-SRPairedDataset                    HR PNGs of 480x360 (larger than twice the HR patch) + bicubic LR
-SRBenchmarkDataset                 ``benchmark/<Set>/HR`` + ``LR_bicubic/X<scale>`` of 288x288 HR
-mmseg's BaseSegDataset             images + label maps by the dataset's suffixes: Cityscapes 2048x1024
-                                   PNG, others (ADE20K) 683x512; labels of the dataset's classes
-mmdet's CocoDataset                640x480 JPEGs + an instances json with polygon masks, the categories
-                                   named as the dataset's classes
-================================  ===================================================================
+evaluators' ``ann_file`` likewise), and its task plug-in writes there the files its class reads, in the layout
+its config names, at sizes realistic for the task (``write_data`` of :mod:`nalaformer.engine.datasets`): class
+folders (classification), HR/LR pairs and benchmark sets (super-resolution), images with label maps (mmseg) or
+COCO annotations (mmdet).
 """
-import inspect
-import math
 import shutil
 from pathlib import Path, PurePath
 from typing import Dict, List, Optional
 
 from mmengine.config import Config
-from mmengine.registry import DATASETS
 
-from ..datasets.dry_run_data import write_coco, write_image_folder, write_segmentation, write_sr_pairs
 from ..errors import ConfigError
-from .launch import model_num_classes
+from .datasets import dataset_class, dataset_leaves, dataset_support
 
-__all__ = ['generate_data', 'dataset_leaves']
+__all__ = ['generate_data']
 
-SEG_SIZES = {'CityscapesDataset': (2048, 1024)}  # (width, height); others: ADE20K's typical 683x512
-SEG_SIZE = (683, 512)
-SR_SIZE = (480, 360)  # DIV2K training HR: larger than twice the HR patch
-BENCHMARK_SIZE = (288, 288)  # Set5's bird; Set5 and Set14 hold 256x256 to 720x576 images
-COCO_SIZE = (640, 480)
 TRAIN_IMAGES = 4  # samplers draw them again for more batches
-
-
-def dataset_leaves(dataset) -> List[dict]:
-    """The dataset configs that read files, below wrappers (``dataset=`` / ``datasets=[...]``)."""
-    if not isinstance(dataset, dict):
-        return []
-    if 'dataset' in dataset:
-        return dataset_leaves(dataset['dataset'])
-    if 'datasets' in dataset:
-        return [leaf for item in dataset['datasets'] for leaf in dataset_leaves(item)]
-    return [dataset]
 
 
 def _relative(path: str) -> PurePath:
     """``path`` without its anchor and ``..`` parts: where it goes inside the data folder."""
     return PurePath(*[p for p in PurePath(path or '').parts if p not in ('..', '.') and p != PurePath(path).anchor])
-
-
-def _dataset_class(cfg: Config, leaf: dict) -> type:
-    kind = leaf.get('type')
-    if isinstance(kind, type):
-        return kind
-    with DATASETS.switch_scope_and_registry(cfg.get('default_scope')) as registry:
-        cls = registry.get(kind)
-    if cls is None:
-        raise ConfigError(f'--dry-run: dataset type {kind!r} is not registered (scope {cfg.get("default_scope")!r})')
-    return cls
-
-
-def _default(cls: type, name: str):
-    """The default of argument ``name`` of ``cls`` (or of the class it passes it on to)."""
-    for klass in cls.__mro__:
-        parameter = inspect.signature(klass.__init__).parameters.get(name)
-        if parameter is not None and parameter.default is not inspect.Parameter.empty:
-            return parameter.default
-    return None
-
-
-def _option(cls: type, leaf: dict, name: str):
-    return leaf[name] if name in leaf else _default(cls, name)
-
-
-def _classes(cls: type, leaf: dict) -> list:
-    return list((leaf.get('metainfo') or {}).get('classes') or getattr(cls, 'METAINFO', {}).get('classes') or [])
 
 
 def _in_folder(path: str, folder: Path) -> str:
@@ -98,89 +39,13 @@ def _relocate(leaf: dict, folder: Path) -> None:
             leaf['data_prefix'][key] = str(folder / _relative(value))
 
 
-def _image_folder(cfg: Config, leaf: dict, count: int, seed: int) -> str:
-    classes = leaf.get('classes')
-    if not classes:
-        num_classes = model_num_classes(cfg)
-        if not num_classes:
-            raise ConfigError('--dry-run: the ImageFolder dataset names no classes and the model no num_classes')
-        classes = [f'class_{i:04d}' for i in range(num_classes)]
-    size = leaf.get('input_size', 224)
-    side = max(size) if isinstance(size, (list, tuple)) else size
-    (width, height), suffix, grey = ((500, 375), '.JPEG', False) if side >= 128 else ((28, 28), '.png', True)
-    folder = Path(leaf['data_root']) / leaf.get('split', 'train')
-    n = write_image_folder(folder, classes, math.ceil(count / len(classes)), (width, height), suffix, grey, seed)
-    return (f'{n} {"grey " if grey else ""}{width}x{height} {suffix.lstrip(".").upper()} images in {len(classes)} '
-            f'class folders')
-
-
-def _sr_paired(cls: type, leaf: dict, count: int, seed: int) -> str:
-    scale, root = leaf['scale'], Path(leaf['data_root'])
-    patch = _option(cls, leaf, 'patch_size') or 0
-    size = (max(SR_SIZE[0], 2 * patch), max(SR_SIZE[1], 2 * patch))
-    hr = root / _option(cls, leaf, 'hr_dir').format(scale=scale)
-    lr = root / _option(cls, leaf, 'lr_dir').format(scale=scale)
-    n = write_sr_pairs(hr, lr, scale, count, size, seed)
-    return f'{n} {size[0]}x{size[1]} HR PNGs with x{scale} LR partners'
-
-
-def _sr_benchmark(leaf: dict, count: int, seed: int) -> str:
-    scale, root, sets = leaf['scale'], Path(leaf['data_root']), list(leaf.get('sets') or ['Set5'])
-    per_set = math.ceil(count / len(sets))
-    for i, name in enumerate(sets):
-        folder = root / 'benchmark' / name
-        write_sr_pairs(folder / 'HR', folder / 'LR_bicubic' / f'X{scale}', scale, per_set, BENCHMARK_SIZE, seed + i)
-    width, height = BENCHMARK_SIZE
-    return f'{per_set} {width}x{height} HR PNGs with x{scale} LR partners in benchmark set(s) {sets}'
-
-
-def _segmentation(cls: type, leaf: dict, count: int, seed: int) -> str:
-    root, prefix = Path(leaf['data_root']), leaf.get('data_prefix') or {}
-    img_suffix, seg_suffix = _option(cls, leaf, 'img_suffix'), _option(cls, leaf, 'seg_map_suffix')
-    classes = _classes(cls, leaf)
-    if _option(cls, leaf, 'reduce_zero_label'):  # 0 is 'other' (ignored), 1..n the classes
-        labels, background = range(1, len(classes) + 1), 0
-    else:
-        labels, background = range(len(classes)), 255
-    size = SEG_SIZES.get(cls.__name__, SEG_SIZE)
-    write_segmentation(root / prefix.get('img_path', ''), root / prefix.get('seg_map_path', ''), count, size,
-                       img_suffix, seg_suffix, labels, background, seed)
-    if leaf.get('ann_file'):  # a list of the image names (without suffix) to read
-        ann = root / leaf['ann_file']
-        ann.parent.mkdir(parents=True, exist_ok=True)
-        ann.write_text(''.join(f'dryrun_{i:06d}\n' for i in range(count)))
-    return (f'{count} {size[0]}x{size[1]} {img_suffix} images with {seg_suffix} label maps '
-            f'({len(classes)} classes)')
-
-
-def _coco(cls: type, leaf: dict, count: int, seed: int, written: Dict[str, Path]) -> str:
-    root = Path(leaf['data_root'])
-    ann = root / leaf['ann_file']
-    classes = _classes(cls, leaf)
-    if str(ann) in written:
-        return f'the same annotations as above ({ann.name})'
-    written[str(ann)] = ann
-    write_coco(ann, root / (leaf.get('data_prefix') or {}).get('img', ''), classes, count, COCO_SIZE,
-               seed=seed, first_image_id=1 + seed * 1000)
-    return (f'{count} {COCO_SIZE[0]}x{COCO_SIZE[1]} JPEGs with polygon masks, {len(classes)} categories '
-            f'({ann.name})')
-
-
 def _write(cfg: Config, leaf: dict, count: int, seed: int, written: Dict[str, Path]) -> str:
-    cls = _dataset_class(cfg, leaf)
-    bases = {klass.__name__ for klass in cls.__mro__}
-    if 'ImageFolderDataset' in bases:
-        return _image_folder(cfg, leaf, count, seed)
-    if 'SRPairedDataset' in bases:
-        return _sr_paired(cls, leaf, count, seed)
-    if 'SRBenchmarkDataset' in bases:
-        return _sr_benchmark(leaf, count, seed)
-    if 'BaseSegDataset' in bases:
-        return _segmentation(cls, leaf, count, seed)
-    if 'CocoDataset' in bases:
-        return _coco(cls, leaf, count, seed, written)
-    raise ConfigError(f'--dry-run cannot write data for dataset type {cls.__name__} (it writes ImageFolder, '
-                      f'super-resolution, mmseg segmentation and COCO datasets)')
+    cls = dataset_class(cfg, leaf)
+    support = dataset_support(cls)
+    if support is None or support.write_data is None:
+        raise ConfigError(f'--dry-run cannot write data for dataset type {cls.__name__}: its task plug-in registers '
+                          f'no write_data (nalaformer.engine.datasets.DatasetSupport)')
+    return support.write_data(cfg, leaf, count, seed, written)
 
 
 def generate_data(cfg: Config, folder: Path, val_count: int, train_count: int = TRAIN_IMAGES) -> List[str]:

@@ -1,10 +1,12 @@
-"""Hooks: EMA evaluated beside the raw weights, and per-epoch reseeding for exact resume."""
+"""Hooks: EMA evaluated beside the raw weights, per-epoch reseeding for exact resume, and the count of unreadable
+training images a dataset replaced."""
+import logging
 import random
 from typing import Optional
 
 import numpy as np
 import torch
-from mmengine.dist import get_rank
+from mmengine.dist import get_rank, get_world_size
 from mmengine.hooks import EMAHook, Hook
 from mmengine.logging import print_log
 from mmengine.registry import HOOKS
@@ -111,3 +113,44 @@ class EpochSeedHook(Hook):
         random.seed(seed)
         np.random.seed(seed)
         torch.manual_seed(seed)
+
+
+@HOOKS.register_module()
+class UnreadableImageHook(Hook):
+    """Count the training images a dataset replaced because they could not be read (``skip_unreadable``),
+    log each path once, and stop with the list when more than ``max_fraction`` of the images a process
+    trains on in one epoch (and more than ``min_count``) were unreadable. Removes the ``unreadable`` entry
+    from each batch."""
+
+    priority = 'VERY_HIGH'  # before anything reads the batch
+
+    def __init__(self, max_fraction: float = 0.001, min_count: int = 5):
+        if not 0 <= max_fraction <= 1 or min_count < 0:
+            raise ValueError(f'UnreadableImageHook needs 0 <= max_fraction <= 1 and min_count >= 0, got '
+                             f'{max_fraction}, {min_count}')
+        self.max_fraction, self.min_count = max_fraction, min_count
+        self.logged: set = set()
+        self.epoch: set = set()
+
+    def before_train_epoch(self, runner) -> None:
+        self.epoch = set()
+
+    def before_train_iter(self, runner, batch_idx: int, data_batch=None) -> None:
+        if not isinstance(data_batch, dict):
+            return
+        paths = [p for p in data_batch.pop('unreadable', None) or () if p]
+        for path in paths:
+            if path not in self.logged:
+                print_log(f'skipped an unreadable training image (replaced by the next one): {path}',
+                          logger='current', level=logging.WARNING)
+                self.logged.add(path)
+        self.epoch.update(paths)
+        if paths:
+            runner.message_hub.update_scalar('train/unreadable_images', len(self.epoch))
+        limit = max(self.min_count, self.max_fraction * len(runner.train_dataloader.dataset) / get_world_size())
+        if len(self.epoch) > limit:
+            listed = sorted(self.epoch)
+            raise OSError(f'{len(listed)} training images could not be read in epoch {runner.epoch + 1}, more than '
+                          f'the {limit:g} allowed (default_hooks.unreadable: max_fraction={self.max_fraction}, '
+                          f'min_count={self.min_count}); replace or remove them: {listed[:50]}'
+                          + (f' and {len(listed) - 50} more' if len(listed) > 50 else ''))

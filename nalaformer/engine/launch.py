@@ -6,27 +6,24 @@ line; anything raised while training or testing keeps its traceback.
 import difflib
 import inspect
 import logging
-import os
 import os.path as osp
 import re
-from typing import Optional, Sequence
+from typing import List, Optional, Sequence
 
 import timm
 import torch
 from mmengine.config import Config
 from mmengine.hooks import CheckpointHook
 from mmengine.logging import print_log
-from mmengine.registry import DATASETS, RUNNERS
+from mmengine.registry import METRICS, RUNNERS
 from mmengine.runner import Runner
 
 from ..checkpoint import check_checkpoint_file
 from ..errors import ConfigError, DatasetError
 from ..mmcv_build import MmcvOpsError, check_mmcv_ops
 from ..threads import apply_threads
-from .data import LAYOUT as IMAGE_FOLDER_LAYOUT
-from .dataset_check import check_split, class_folders, compare_classes, scan_split
+from .datasets import dataset_class, dataset_leaves, dataset_support
 from .model_spec import TimmModelSpec, UnknownModelError
-from .sr_data import SRDataError
 
 _MISSING = object()
 # Registries whose objects configs build from dicts with a ``type`` (the timm models of the task wrappers, which take
@@ -318,123 +315,55 @@ def fit_dataloaders(cfg: Config) -> None:
                       f'(which need worker processes) are off', logger='current', level=logging.INFO)
 
 
-def meta_model(cfg: Config) -> Optional[torch.nn.Module]:
-    """The config's timm model (:func:`model_spec`) built on the meta device (shapes and definition, no memory);
-    None when the config has none."""
-    spec = model_spec(cfg)
-    return None if spec is None else spec.meta_model()
-
-
-def model_num_classes(cfg: Config) -> Optional[int]:
-    """The number of classes of a classification config's model (its ``num_classes``, else the timm model's
-    default, read off a meta-device build); None for models without classes."""
-    spec = model_spec(cfg)
-    if spec is not None and 'num_classes' in spec.kwargs:
-        return spec.kwargs['num_classes']
-    return getattr(meta_model(cfg), 'num_classes', None)
-
-
-def _image_folder(cfg: Config, loader: str) -> Optional[dict]:
-    """The ImageFolderDataset config of a dataloader (inside dataset wrappers), or None."""
-    dataset = (cfg.get(loader) or {}).get('dataset')
-    while dataset is not None and 'dataset' in dataset:
-        dataset = dataset.dataset
-    return dataset if dataset is not None and dataset.get('type') == 'ImageFolderDataset' else None
-
-
-def _check_full_batch(cfg: Config, folder: str, images: int) -> None:
-    """A training loader that drops incomplete batches (``drop_last``, as the release's) must get one full batch
-    per process, or an epoch would train on nothing."""
-    loader = cfg.train_dataloader
-    processes = int(os.environ.get('WORLD_SIZE', '1'))
-    if loader.get('drop_last') and images < loader.batch_size * processes:
-        raise DatasetError(
-            f'the training data {folder} has {images} images, fewer than one batch of train_dataloader.batch_size='
-            f'{loader.batch_size} per process x {processes} processes, and train_dataloader.drop_last=True drops '
-            f'incomplete batches: an epoch would train on nothing. Set a smaller train_dataloader.batch_size, or '
-            f'train_dataloader.drop_last=False')
-
-
-def _check_image_folders(cfg: Config, splits, trained_classes: Optional[Sequence[str]], source: str) -> None:
-    """Each ImageFolder split the run builds checked (:func:`check_split`); their class lists (the class map
-    when one is given, else the class folders) equal to each other, to the training split's when only
-    evaluating, to those the checkpoint was trained with, and in number to the model's ``num_classes``."""
-    lists = []  # (what, classes)
-    for split in splits:
-        dataset = _image_folder(cfg, f'{split}_dataloader')
-        if dataset is None:
-            continue
-        folder = osp.join(dataset.data_root, dataset.get('split', 'train'))
-        contents = scan_split(folder)
-        check_split(contents, dataset.get('classes'))  # the dataset logs what it reads when it is built
-        if split == 'train':
-            _check_full_batch(cfg, folder, sum(contents.images.values()))
-        lists.append((f'the {split} data {folder}', list(dataset.get('classes') or contents.classes)))
-    if not lists:
+def check_openmmlab_files(cfg: Config, split: str, dataset: dict) -> None:
+    """The files an OpenMMLab-style dataset (``data_root`` + ``ann_file`` + ``data_prefix``) and the split's
+    evaluators (``ann_file``, COCO) read exist; an error naming the path, the layout and the key to set."""
+    if 'data_prefix' not in dataset:
         return
-    train = _image_folder(cfg, 'train_dataloader')
-    if 'train' not in splits and train is not None:  # evaluating: the classes are those of training
-        folder = osp.join(train.data_root, train.get('split', 'train'))
-        if train.get('classes') or osp.isdir(folder):
-            lists.append((f'the training data {folder}', list(train.get('classes') or class_folders(folder))))
-    if trained_classes:
-        lists.append((f'the classes {source} was trained with', list(trained_classes)))
-    for what, classes in lists[1:]:
-        compare_classes(lists[0][0], lists[0][1], what, classes)
-    num_classes = model_num_classes(cfg)
-    what, classes = lists[0]
-    if num_classes is not None and num_classes != len(classes):
-        raise DatasetError(
-            f'{what} has {len(classes)} classes but the model has num_classes={num_classes}: set --cfg-options '
-            f'model.num_classes={len(classes)} (a new classifier when fine-tuning), or check the data folder')
+    root = dataset.get('data_root') or ''
+    expected = [p for p in (dataset.get('ann_file'), *dataset['data_prefix'].values()) if p]
+    paths = [(osp.join(root, p), f'{split}_dataloader.dataset.data_root (or ann_file, data_prefix)') for p in expected]
+    evaluators = cfg.get(f'{split}_evaluator') or []
+    for evaluator in evaluators if isinstance(evaluators, (list, tuple)) else [evaluators]:
+        paths += [(evaluator.ann_file, f'{split}_evaluator.ann_file')] if evaluator.get('ann_file') else []
+    for path, key in paths:
+        if '://' not in path and not osp.exists(path):
+            raise DatasetError(
+                f'{path} does not exist ({split} data). Expected layout: {", ".join(expected)} under '
+                f'data_root {root!r}. Set {key} in the config or with --cfg-options.')
 
 
 def check_dataset_files(cfg: Config, splits, trained_classes: Optional[Sequence[str]] = None,
                         source: str = 'the checkpoint') -> None:
-    """Name the missing path and the layout the config expects when a dataset's files are absent, and check
-    ImageFolder datasets before anything is built (:func:`_check_image_folders`).
-
-    Looks at our ImageFolder datasets (``data_root`` / ``split``), at our SR datasets (built: every file
-    paired and its size checked before training starts), at OpenMMLab-style datasets
-    (``data_root`` + ``ann_file`` + ``data_prefix``, through wrappers such as RepeatDataset) and at
-    evaluators' ``ann_file`` (COCO). ``splits``: the dataloaders the run will build, e.g. ('train', 'val');
-    ``trained_classes``: the classes the weights to evaluate were trained with (``source``), when known.
-    """
+    """Check the data a run reads before anything is built or written: each dataset of the ``splits`` (e.g.
+    ('train', 'val'); below wrappers such as RepeatDataset) by its task plug-in's ``check_files``
+    (:mod:`nalaformer.engine.datasets`), else by :func:`check_openmmlab_files`; then each plug-in's
+    ``check_run`` once, with the classes the weights to evaluate were trained with (``trained_classes``, read
+    from ``source``), when known."""
+    run_checks = []
     for split in splits:
-        dataset = (cfg.get(f'{split}_dataloader') or {}).get('dataset')
-        while dataset is not None and 'dataset' in dataset:
-            dataset = dataset.dataset
-        if dataset is None:
-            continue
-        if dataset.get('type') == 'ImageFolderDataset':
-            folder = osp.join(dataset.data_root, dataset.get('split', 'train'))
-            if not osp.isdir(folder):
-                raise DatasetError(
-                    f'dataset folder {folder} does not exist ({split} data). Expected layout: {IMAGE_FOLDER_LAYOUT}. '
-                    f'Set {split}_dataloader.dataset.data_root in the config or with --cfg-options.')
-            continue
-        if dataset.get('type') in ('SRPairedDataset', 'SRBenchmarkDataset'):
-            try:
-                DATASETS.build(dataset)
-            except SRDataError as e:
-                raise DatasetError(f'{e} ({split} data; set {split}_dataloader.dataset.data_root in the config or '
-                                  f'with --cfg-options)') from None
-            continue
-        if 'data_prefix' not in dataset:
-            continue
-        root = dataset.get('data_root') or ''
-        expected = [p for p in (dataset.get('ann_file'), *dataset.data_prefix.values()) if p]
-        paths = [(osp.join(root, p), f'{split}_dataloader.dataset.data_root (or ann_file, data_prefix)')
-                 for p in expected]
-        evaluators = cfg.get(f'{split}_evaluator') or []
-        for evaluator in evaluators if isinstance(evaluators, (list, tuple)) else [evaluators]:
-            paths += [(evaluator.ann_file, f'{split}_evaluator.ann_file')] if evaluator.get('ann_file') else []
-        for path, key in paths:
-            if '://' not in path and not osp.exists(path):
-                raise DatasetError(
-                    f'{path} does not exist ({split} data). Expected layout: {", ".join(expected)} under '
-                    f'data_root {root!r}. Set {key} in the config or with --cfg-options.')
-    _check_image_folders(cfg, splits, trained_classes, source)
+        for dataset in dataset_leaves((cfg.get(f'{split}_dataloader') or {}).get('dataset')):
+            support = dataset_support(dataset_class(cfg, dataset))
+            if support is not None and support.check_files is not None:
+                support.check_files(cfg, split, dataset)
+            else:
+                check_openmmlab_files(cfg, split, dataset)
+            if support is not None and support.check_run is not None and support.check_run not in run_checks:
+                run_checks.append(support.check_run)
+    for check in run_checks:
+        check(cfg, splits, trained_classes, source)
+
+
+def report_lines(cfg: Config, metrics: dict) -> List[str]:
+    """Lines that present ``metrics`` of a test run to a reader, from the evaluators of ``cfg.test_evaluator``
+    that define ``report_lines(metrics)`` (super-resolution: one line per benchmark set); [] otherwise."""
+    evaluators = cfg.get('test_evaluator') or []
+    lines = []
+    for evaluator in evaluators if isinstance(evaluators, (list, tuple)) else [evaluators]:
+        metric = _registered(METRICS, evaluator.get('type'), cfg.get('default_scope'))
+        if hasattr(metric, 'report_lines'):
+            lines += metric.report_lines(metrics)
+    return lines
 
 
 def check_starting_weights(cfg: Config) -> None:

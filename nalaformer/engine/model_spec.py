@@ -1,12 +1,13 @@
 """The one seam from a config to its timm model: which part of the config it is, and with which keywords.
 
 Each task wrapper (a model class registered in an mmengine / OpenMMLab ``MODELS`` registry that builds a timm
-model: :class:`~nalaformer.engine.TimmClassifier`, :class:`~nalaformer.engine.SRModel`, the dense
+model: :class:`~nalaformer.classification.TimmClassifier`, :class:`~nalaformer.sr.SRModel`, the dense
 ``NaLaBackbone`` and any added later) implements ``timm_model_spec(model_cfg, prefix)`` returning a
 :class:`TimmModelSpec`; :func:`nalaformer.engine.launch.model_spec` finds the wrapper in a config and asks it.
 Every command (keyword check, resume fit, export, analysis, test) asks there, and builds the model on the meta
 device once (:meth:`TimmModelSpec.meta_model`).
 """
+import difflib
 import inspect
 from dataclasses import dataclass, field
 from typing import Dict, FrozenSet, Optional, Tuple
@@ -29,9 +30,11 @@ class UnknownModelError(ConfigError):
 
 def check_model_name(name, key: str = 'model.arch') -> None:
     """Raise :class:`UnknownModelError` naming ``key`` and similar timm names when ``name`` is not a timm model."""
-    if isinstance(name, str) and name in timm.list_models():
+    models = timm.list_models()
+    if isinstance(name, str) and name in models:
         return
-    close = timm.list_models(f'*{str(name).split("_")[0]}*')[:10]
+    close = difflib.get_close_matches(str(name), models, n=5, cutoff=0.75) or \
+        timm.list_models(f'*{str(name).split("_")[0]}*')[:10]
     raise UnknownModelError(f'unknown timm model {name!r} ({key}); similar names: {close}')
 
 

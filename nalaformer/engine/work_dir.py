@@ -14,7 +14,7 @@ from typing import List, Optional
 from mmengine.config import Config
 from mmengine.logging import print_log
 
-from ..checkpoint import CheckpointError, MissingCheckpointError, check_definition
+from ..checkpoint import CheckpointError, MissingCheckpointError, check_definition, shape_mismatches
 from ..errors import DestinationError
 from ..files import check_folder_destination, contained, same_path
 from .checkpoint import check_resumable
@@ -61,7 +61,7 @@ def check_resume_fits(cfg: Config, filename: str, content: dict) -> None:
     model, prefix = spec.meta_model(), spec.weights_prefix
     theirs = {k[len(prefix):]: v for k, v in content['state_dict'].items() if k.startswith(prefix)}
     own = model.state_dict()
-    differ = sorted(set(own) ^ set(theirs)) + [k for k in own if k in theirs and own[k].shape != theirs[k].shape]
+    differ = sorted(set(own) ^ set(theirs)) + shape_mismatches(theirs, own)
     if differ:
         configs = sorted(Path(filename).parent.glob('*.py'))  # tools/train.py copies the config into the work dir
         dump = ', '.join(map(str, configs)) if configs else 'its work dir holds no copy of it'

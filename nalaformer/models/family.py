@@ -1,9 +1,9 @@
-"""What the model families share: per-stage arguments, timm default cfgs, building a variant (with
-pretrained weights) and loading a checkpoint into it.
+"""What the model families share: per-stage arguments and attention kernels, timm default cfgs, building a
+variant (with pretrained weights) and loading a checkpoint into it.
 
-Each family file (:mod:`~nalaformer.models.nalaformer`, :mod:`~nalaformer.models.nala_swin`) keeps
-what is its own: the architecture, its variants' ``MODEL_ARGS``, its state-dict layout
-(``checkpoint_filter_fn``) and its timm entrypoints, one line each (:func:`entrypoints`).
+Each family file (:mod:`~nalaformer.models.nalaformer`, :mod:`~nalaformer.models.nala_swin`,
+:mod:`~nalaformer.models.nala_sr`) keeps what is its own: the architecture, its variants' ``MODEL_ARGS``,
+its state-dict layout (``checkpoint_filter_fn``) and its timm entrypoints, written out as timm writes them.
 """
 import logging
 from typing import Callable, Dict, Iterable, Mapping, Optional, Sequence, Tuple, Type, Union
@@ -12,12 +12,13 @@ import torch
 import torch.nn as nn
 from timm.data import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD
 from timm.layers import trunc_normal_
-from timm.models import build_model_with_cfg, generate_default_cfgs, register_model
+from timm.models import build_model_with_cfg, generate_default_cfgs
 
 from ..checkpoint.errors import CheckpointError
 from ..checkpoint.loading import loading_options, pretrained_kwargs
+from ..ops.kernels import build_attention_kernel
 
-__all__ = ['per_stage', 'per_stage_kernels', 'model_cfgs', 'build_model', 'entrypoints', 'load_weights',
+__all__ = ['per_stage', 'per_stage_kernels', 'resolve_attn_types', 'model_cfgs', 'build_model', 'load_weights',
            'drop_other_classifier', 'trunc_normal_init', 'set_stage_grad_checkpointing']
 
 _logger = logging.getLogger(__name__)
@@ -48,6 +49,35 @@ def per_stage_kernels(attn_types: Union[str, Sequence[str]],
     attn_types = per_stage(attn_types, num_stages, 'attn_types')
     kernel_kwargs = per_stage(kernel_kwargs, num_stages, 'kernel_kwargs')
     return attn_types, tuple(None if kwargs is None else dict(kwargs) for kwargs in kernel_kwargs)
+
+
+def resolve_attn_types(attn_types: Union[str, Sequence[str]],
+                       kernel_kwargs: Union[None, Mapping, Sequence[Optional[Mapping]]],
+                       num_stages: int, own_attn_type: str, own_meaning: str, family: str, unit: str = 'stage'
+                       ) -> Tuple[Tuple[str, ...], Tuple[Optional[dict], ...]]:
+    """:func:`per_stage_kernels`, checked for a family with a kind of stage of its own besides the kernels.
+
+    Each ``attn_type`` is ``own_attn_type`` (the family's own kind, ``own_meaning``, e.g. NaLa-Swin's
+    ``'shifted_window'``; it takes no kernel arguments) or a registered kernel that takes its ``unit``'s (stage
+    or group) ``kernel_kwargs``. Errors (ValueError) name ``family`` and its own kind.
+    """
+    if attn_types is None:
+        raise ValueError(f"attn_types=None is ambiguous; write attn_types={own_attn_type!r} for {own_meaning}, "
+                         f"or a kernel name such as 'nala'")
+    attn_types, kernel_kwargs = per_stage_kernels(attn_types, kernel_kwargs, num_stages)
+    for index, (attn_type, kwargs) in enumerate(zip(attn_types, kernel_kwargs)):
+        if attn_type == own_attn_type:
+            if kwargs:
+                raise ValueError(
+                    f'{unit} {index} is {own_attn_type!r} ({own_meaning}), which takes no kernel_kwargs, got {kwargs}; '
+                    f'give kernel_kwargs per {unit} with None for it, e.g. '
+                    f'kernel_kwargs=(dict(power=3.), dict(power=3.), None, None)')
+            continue
+        try:
+            build_attention_kernel(attn_type, **(kwargs or {}))
+        except ValueError as err:
+            raise ValueError(f'{err}; {family} also takes {own_attn_type!r} ({own_meaning})') from None
+    return attn_types, kernel_kwargs
 
 
 def model_cfgs(variants: Iterable[str], first_conv: str, classifier: str, paper_name: str, **kwargs) -> dict:
@@ -82,21 +112,6 @@ def build_model(model_cls: Type[nn.Module], variant: str, pretrained: bool, mode
             feature_cfg=dict(out_indices=(0, 1, 2, 3), feature_cls='getter'),
             **{**model_args, **kwargs},
         )
-
-
-def entrypoints(family: str, model_cls: Type[nn.Module], model_args: Mapping[str, Mapping],
-                filter_fn: FilterFn) -> Callable[[str, str], Callable[..., nn.Module]]:
-    """``entrypoint(variant, doc)`` for the family module named ``family`` (its ``__name__``), whose
-    ``default_cfgs`` are defined first: it makes the timm entrypoint ``variant(pretrained: bool = False,
-    **kwargs)`` of that module, building the variant of ``model_args`` (:func:`build_model`), and
-    registers it with timm's ``register_model``; the family binds it to the name ``variant``.
-    """
-    def entrypoint(variant: str, doc: str) -> Callable[..., nn.Module]:
-        def create(pretrained: bool = False, **kwargs) -> model_cls:
-            return build_model(model_cls, variant, pretrained, model_args[variant], filter_fn, **kwargs)
-        create.__module__, create.__name__, create.__qualname__, create.__doc__ = family, variant, variant, doc
-        return register_model(create)
-    return entrypoint
 
 
 def trunc_normal_init(module: nn.Module, layer_type: Type[nn.Module]):

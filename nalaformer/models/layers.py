@@ -14,7 +14,8 @@ import torch.nn as nn
 import torch.nn.functional as F
 from timm.layers import DropPath, register_notrace_module
 
-from ..ops.nala import build_attention_kernel, rope_angles, rope_table
+from ..ops.kernels import build_attention_kernel
+from ..ops.nala import rope_angles, rope_table
 from .recompute import recompute
 
 __all__ = ['LayerNorm2d', 'NaLaAttention', 'ConvFFN', 'NaLaBlock', 'RoPE2d', 'NaLaStage', 'Downsample', 'Stem']
@@ -59,7 +60,7 @@ class LayerNorm2d(nn.Module):
 
 
 class NaLaAttention(nn.Module):
-    """Gated attention block of the release around a kernel from :mod:`nalaformer.ops.nala`.
+    """Gated attention block of the release around a kernel from :mod:`nalaformer.ops.kernels`.
 
     tokens -> Linear(C, 4C) -> q, k, v, g;  y = kernel(q, k, v) + LePE(v)  (5x5 depthwise conv);
     out = out_proj(LayerNorm(y) * SiLU(g)).  ``attn_type='nala'`` is the release's norm-aware

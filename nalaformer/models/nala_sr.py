@@ -19,7 +19,7 @@ with its Mamba scan replaced by a global linear attention. Read from that code a
 
 Ours, not theirs: the attention inside the global slot is the NaLaFormer release's block
 (:class:`~nalaformer.models.layers.NaLaAttention`: qkvg projection, 5x5 LePE on v, 2D RoPE per head-dim part,
-LayerNorm, SiLU gate, out projection) around any kernel of :mod:`nalaformer.ops.nala`; theirs is PolaFormer++'s
+LayerNorm, SiLU gate, out projection) around any kernel of :mod:`nalaformer.ops.kernels`; theirs is PolaFormer++'s
 (polarity-split exp feature maps with two learnable (heads, 2d) scales, RoPE over the 2d features, LePE, the
 output times g with no activation and no LayerNorm): the 96 parameters per layer of the difference. Not known: the network, kernel and
 training behind the paper's SR numbers (69 GB -> 5.3 GB, 195 -> 124 ms, "same PSNR/SSIM"), and its SR tables;
@@ -40,14 +40,13 @@ from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Uni
 import torch
 import torch.nn as nn
 from timm.layers import to_2tuple
-from timm.models import generate_default_cfgs
+from timm.models import generate_default_cfgs, register_model
 from timm.models.swin_transformer import WindowAttention, window_partition, window_reverse
 
 from ..checkpoint.errors import CheckpointError
-from ..checkpoint.loading import pretrained_weights
+from ..checkpoint.loading import check_shapes, pretrained_weights
 from ..checkpoint.reading import Checkpoint, strip_wrapper_prefixes
-from ..ops.nala import build_attention_kernel
-from .family import entrypoints, load_weights, per_stage_kernels, set_stage_grad_checkpointing, trunc_normal_init
+from .family import build_model, load_weights, resolve_attn_types, set_stage_grad_checkpointing, trunc_normal_init
 from .layers import NaLaAttention, RoPE2d
 from .nala_swin import shifted_window_mask
 from .recompute import recompute
@@ -66,27 +65,6 @@ MODEL_ARGS = {
     # window 16, mlp ratio 1.
     'nalasr_light': dict(embed_dim=48, depths=(5, 5, 5, 5), num_heads=4, window_size=16, mlp_ratio=1.),
 }
-
-
-def _resolve_attn_types(attn_types: Union[str, Sequence[str]],
-                        kernel_kwargs: Union[None, Mapping, Sequence[Optional[Mapping]]],
-                        num_groups: int):
-    """Per-group (names, kwargs): each a registered kernel that takes its arguments, or WINDOW_ONLY (none)."""
-    if attn_types is None:
-        raise ValueError(f"attn_types=None is ambiguous; write attn_types={WINDOW_ONLY!r} for window attention "
-                         f"only, or a kernel name such as 'nala'")
-    names, kwargs = per_stage_kernels(attn_types, kernel_kwargs, num_groups)
-    for group, (name, group_kwargs) in enumerate(zip(names, kwargs)):
-        if name == WINDOW_ONLY:
-            if group_kwargs:
-                raise ValueError(f'group {group} is {WINDOW_ONLY!r} (no global attention), which takes no '
-                                 f'kernel_kwargs, got {group_kwargs}')
-            continue
-        try:
-            build_attention_kernel(name, **(group_kwargs or {}))
-        except ValueError as err:
-            raise ValueError(f'{err}; NaLa-SR also takes {WINDOW_ONLY!r} (no global attention)') from None
-    return names, kwargs
 
 
 def mirror_pad(x: torch.Tensor, height: int, width: int) -> torch.Tensor:
@@ -294,7 +272,8 @@ class NaLaSR(nn.Module):
         if embed_dim % num_heads or (embed_dim // num_heads) % 4:
             raise ValueError(f'embed_dim / num_heads must be a whole multiple of 4 (2D RoPE), got {embed_dim} / '
                              f'{num_heads}')
-        self.attn_types, self.kernel_kwargs = _resolve_attn_types(attn_types, kernel_kwargs, len(depths))
+        self.attn_types, self.kernel_kwargs = resolve_attn_types(
+            attn_types, kernel_kwargs, len(depths), WINDOW_ONLY, 'window attention only', 'NaLa-SR', unit='group')
         self.upscale = upscale
         self.in_chans = in_chans
         self.window_size = window_size
@@ -307,8 +286,8 @@ class NaLaSR(nn.Module):
         self.embed_norm = nn.LayerNorm(embed_dim)
         self.rope = RoPE2d(embed_dim // num_heads)
         self.groups = nn.ModuleList([
-            ResidualGroup(embed_dim, depth, num_heads, window_size, mlp_ratio, name, kwargs)
-            for depth, name, kwargs in zip(depths, self.attn_types, self.kernel_kwargs)])
+            ResidualGroup(embed_dim, depth, num_heads, window_size, mlp_ratio, attn_type, kwargs)
+            for depth, attn_type, kwargs in zip(depths, self.attn_types, self.kernel_kwargs)])
         self.norm = nn.LayerNorm(embed_dim)
         self.conv_after_body = nn.Conv2d(embed_dim, embed_dim, 3, padding=1)
         self.upsample = nn.Sequential(nn.Conv2d(embed_dim, in_chans * upscale ** 2, 3, padding=1),
@@ -386,12 +365,7 @@ def checkpoint_filter_fn(state_dict, model: NaLaSR):
     fails naming the tensors (e.g. ``upsample.0.weight`` for the scale). Wrapper prefixes (DDP, torch.compile,
     our runners) are stripped for callers that pass a wrapped state dict."""
     state_dict = strip_wrapper_prefixes(state_dict)
-    own = model.state_dict()
-    mismatched = [f'{k}: {tuple(v.shape)} vs {tuple(own[k].shape)}' for k, v in state_dict.items()
-                  if k in own and own[k].shape != v.shape]
-    if mismatched:
-        raise CheckpointError(f'checkpoint tensors have the wrong shape for this model (another upscale or '
-                              f'width?): {mismatched[:5]}')
+    check_shapes(state_dict, model.state_dict(), hint=' (another upscale or width?)')
     return state_dict
 
 
@@ -410,6 +384,11 @@ def _cfg(**kwargs) -> dict:
 
 default_cfgs = generate_default_cfgs({'nalasr_light': _cfg()})
 
-_entrypoint = entrypoints(__name__, NaLaSR, MODEL_ARGS, checkpoint_filter_fn)
-nalasr_light = _entrypoint('nalasr_light', "NaLa-SR light (MambaIRv2-Light topology, 0.92M params at x2); "
-                                           "``upscale`` 2 (default), 3 or 4.")
+def _create_nala_sr(variant: str, pretrained: bool = False, **kwargs) -> NaLaSR:
+    return build_model(NaLaSR, variant, pretrained, MODEL_ARGS[variant], checkpoint_filter_fn, **kwargs)
+
+
+@register_model
+def nalasr_light(pretrained: bool = False, **kwargs) -> NaLaSR:
+    """NaLa-SR light (MambaIRv2-Light topology, 0.92M params at x2); ``upscale`` 2 (default), 3 or 4."""
+    return _create_nala_sr('nalasr_light', pretrained=pretrained, **kwargs)

@@ -12,7 +12,7 @@ makes every stage linear and ``attn_types='shifted_window'`` is exactly timm's S
   (``SwinTransformerBlock`` with ``WindowAttention`` and its relative position bias, ``PatchMerging``,
   ``PatchEmbed``); the one change is an attention mask for shifted windows built by a function that
   torch.fx and TorchScript handle at any input size. They take no kernel arguments.
-* Any other name is a kernel of :mod:`nalaformer.ops.nala` (``'nala'``, ``'nala_cos'``,
+* Any other name is a kernel of :mod:`nalaformer.ops.kernels` (``'nala'``, ``'nala_cos'``,
   ``'const_power'``, ``'relu'``, ``'focused'``, ``'polarity'``, ``'softmax'`` for global softmax, ...;
   that stage's ``kernel_kwargs`` are its arguments) run by :class:`GlobalAttentionBlock`: Swin's block
   layout (norm1 -> attention -> norm2 -> MLP, same parameter names) with
@@ -40,7 +40,7 @@ from timm.layers import (
     ClassifierHead, DropPath, Mlp, PatchEmbed, calculate_drop_path_rates, get_device_dtype,
     register_notrace_function, to_2tuple,
 )
-from timm.models import named_apply
+from timm.models import named_apply, register_model
 from timm.models._features import feature_take_indices  # not exported by timm
 from timm.models._input import update_model_input_size  # not exported by timm
 from timm.models.swin_transformer import (
@@ -51,10 +51,10 @@ from timm.models.swin_transformer import checkpoint_filter_fn as swin_checkpoint
 from timm.models.vision_transformer import get_init_weights_vit
 
 from ..checkpoint.errors import CheckpointError
-from ..checkpoint.loading import pretrained_weights
+from ..checkpoint.loading import check_shapes, pretrained_weights
 from ..checkpoint.reading import Checkpoint, strip_wrapper_prefixes
-from ..ops.nala import build_attention_kernel
-from .family import drop_other_classifier, entrypoints, load_weights, model_cfgs, per_stage, per_stage_kernels
+from ..ops.kernels import build_attention_kernel
+from .family import build_model, drop_other_classifier, load_weights, model_cfgs, per_stage, resolve_attn_types
 from .layers import RoPE2d
 from .recompute import recompute
 
@@ -74,36 +74,11 @@ MODEL_ARGS: Dict[str, dict] = {
 SHIFTED_WINDOW = 'shifted_window'
 
 
-def _resolve_attn_types(attn_types: Union[str, Sequence[str]],
-                        kernel_kwargs: Union[None, Mapping, Sequence[Optional[Mapping]]],
-                        num_stages: int) -> Tuple[Tuple[str, ...], Tuple[Optional[dict], ...]]:
-    """Per-stage (names, kwargs) of :func:`~nalaformer.models.family.per_stage_kernels`, checked for this family.
-
-    Each name is :data:`SHIFTED_WINDOW` (no kernel arguments) or a registered kernel that takes its
-    stage's arguments.
-    """
-    names, kwargs = per_stage_kernels(attn_types, kernel_kwargs, num_stages)
-    for stage, (name, stage_kwargs) in enumerate(zip(names, kwargs)):
-        if name == SHIFTED_WINDOW:
-            if stage_kwargs:
-                raise ValueError(
-                    f"stage {stage} is {SHIFTED_WINDOW!r} (Swin's shifted-window softmax), which takes no "
-                    f"kernel_kwargs, got {stage_kwargs}; give kernel_kwargs per stage with None for it, e.g. "
-                    f"kernel_kwargs=(dict(power=3.), dict(power=3.), None, None)")
-            continue
-        try:
-            build_attention_kernel(name, **(stage_kwargs or {}))
-        except ValueError as err:
-            raise ValueError(f"{err}; NaLa-Swin also takes {SHIFTED_WINDOW!r} (Swin's shifted-window softmax "
-                             f"stage)") from None
-    return names, kwargs
-
-
 # ----------------------------------------------------------------------------------------------
-# Global stages: a kernel of nalaformer.ops.nala over the whole map
+# Global stages: a kernel of nalaformer.ops.kernels over the whole map
 # ----------------------------------------------------------------------------------------------
 class GlobalLinearAttention(nn.Module):
-    """Attention over all H*W tokens of a stage with a kernel of :mod:`nalaformer.ops.nala`.
+    """Attention over all H*W tokens of a stage with a kernel of :mod:`nalaformer.ops.kernels`.
 
     x -> qkv (Linear C -> 3C) -> ``kernel(q, k, v, rope)`` per head (2D RoPE for this map's H, W)
       -> + depthwise conv(v) -> proj.
@@ -296,7 +271,7 @@ class NaLaSwinTransformer(nn.Module):
     Args (beyond Swin's own: img_size, patch_size, in_chans, num_classes, global_pool, embed_dim,
     depths, num_heads, head_dim, window_size, always_partition, mlp_ratio, qkv_bias, drop_rate,
     proj_drop_rate, attn_drop_rate, drop_path_rate, embed_layer, norm_layer, weight_init):
-        attn_types: per-stage :data:`SHIFTED_WINDOW` or a kernel name of :mod:`nalaformer.ops.nala` run
+        attn_types: per-stage :data:`SHIFTED_WINDOW` or a kernel name of :mod:`nalaformer.ops.kernels` run
             globally (a single name applies to every stage); default ``('nala', 'nala', 'shifted_window',
             'shifted_window')``, the paper's protocol; ``'shifted_window'``: plain Swin.
         kernel_kwargs: the kernels' arguments: None, one dict for every stage, or one dict (or None) per
@@ -350,7 +325,8 @@ class NaLaSwinTransformer(nn.Module):
         self.output_fmt = 'NHWC'
         self.dynamic_img_size = dynamic_img_size
         self.num_layers = len(depths)
-        self.attn_types, self.kernel_kwargs = _resolve_attn_types(attn_types, kernel_kwargs, self.num_layers)
+        self.attn_types, self.kernel_kwargs = resolve_attn_types(
+            attn_types, kernel_kwargs, self.num_layers, SHIFTED_WINDOW, "Swin's shifted-window softmax", 'NaLa-Swin')
         self.embed_dim = embed_dim
         self.num_features = int(embed_dim * 2 ** (self.num_layers - 1))
         self.feature_info = []
@@ -570,10 +546,7 @@ def checkpoint_filter_fn(state_dict: Dict[str, torch.Tensor], model: NaLaSwinTra
                   if not k.endswith(('relative_position_index', 'attn_mask'))
                   and not (k.endswith('relative_position_bias_table') and k not in own)}
     state_dict = drop_other_classifier(swin_checkpoint_filter_fn(state_dict, model), own, 'head.fc')
-    mismatched = [f'{k}: {tuple(v.shape)} vs {tuple(own[k].shape)}' for k, v in state_dict.items()
-                  if k in own and own[k].shape != v.shape]
-    if mismatched:
-        raise CheckpointError(f'checkpoint tensors have the wrong shape for this model: {mismatched[:5]}')
+    check_shapes(state_dict, own)
     num_stages = len(model.layers)
     foreign = [k for k in state_dict if k not in own and not k.startswith(('norm.', 'head.'))
                and not (_STAGE_KEY.match(k) and int(_STAGE_KEY.match(k).group(1)) >= num_stages)]
@@ -587,10 +560,23 @@ def checkpoint_filter_fn(state_dict: Dict[str, torch.Tensor], model: NaLaSwinTra
 default_cfgs = model_cfgs(MODEL_ARGS, first_conv='patch_embed.proj', classifier='head.fc',
                           paper_name='NaLaFormer: Norm-Aware Linear Attention for Transformer Models (Swin-T protocol)')
 
-_entrypoint = entrypoints(__name__, NaLaSwinTransformer, MODEL_ARGS, checkpoint_filter_fn)
-nala_swin_tiny = _entrypoint('nala_swin_tiny', "NaLa-Swin-T: Swin-T with global NaLa attention in stages 1-2 (the "
-                                               "paper's Swin-T protocol).")
-nala_swin_small = _entrypoint('nala_swin_small', 'NaLa-Swin-S: Swin-S layout (depths 2-2-18-2) with global NaLa '
-                                                 'attention in stages 1-2.')
-nala_swin_base = _entrypoint('nala_swin_base', 'NaLa-Swin-B: Swin-B layout (dim 128, depths 2-2-18-2) with global '
-                                               'NaLa attention in stages 1-2.')
+def _create_nala_swin(variant: str, pretrained: bool = False, **kwargs) -> NaLaSwinTransformer:
+    return build_model(NaLaSwinTransformer, variant, pretrained, MODEL_ARGS[variant], checkpoint_filter_fn, **kwargs)
+
+
+@register_model
+def nala_swin_tiny(pretrained: bool = False, **kwargs) -> NaLaSwinTransformer:
+    """NaLa-Swin-T: Swin-T with global NaLa attention in stages 1-2 (the paper's Swin-T protocol)."""
+    return _create_nala_swin('nala_swin_tiny', pretrained=pretrained, **kwargs)
+
+
+@register_model
+def nala_swin_small(pretrained: bool = False, **kwargs) -> NaLaSwinTransformer:
+    """NaLa-Swin-S: Swin-S layout (depths 2-2-18-2) with global NaLa attention in stages 1-2."""
+    return _create_nala_swin('nala_swin_small', pretrained=pretrained, **kwargs)
+
+
+@register_model
+def nala_swin_base(pretrained: bool = False, **kwargs) -> NaLaSwinTransformer:
+    """NaLa-Swin-B: Swin-B layout (dim 128, depths 2-2-18-2) with global NaLa attention in stages 1-2."""
+    return _create_nala_swin('nala_swin_base', pretrained=pretrained, **kwargs)

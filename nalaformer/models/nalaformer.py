@@ -16,14 +16,15 @@ from typing import Dict, List, Mapping, Optional, Sequence, Tuple, Union
 import torch
 import torch.nn as nn
 from timm.layers import SelectAdaptivePool2d, calculate_drop_path_rates
+from timm.models import register_model
 from timm.models._features import feature_take_indices
 
 from ..checkpoint.definitions import definition_args, plain
 from ..checkpoint.errors import CheckpointError
-from ..checkpoint.loading import pretrained_weights
+from ..checkpoint.loading import check_shapes, pretrained_weights, shape_mismatches
 from ..checkpoint.reading import Checkpoint, strip_wrapper_prefixes
 from .family import (
-    drop_other_classifier, entrypoints, load_weights, model_cfgs, per_stage, per_stage_kernels,
+    build_model, drop_other_classifier, load_weights, model_cfgs, per_stage, per_stage_kernels,
     set_stage_grad_checkpointing, trunc_normal_init,
 )
 from .layers import NaLaStage, Stem
@@ -328,8 +329,7 @@ def checkpoint_filter_fn(state_dict: Dict[str, torch.Tensor], model: NaLaFormer)
     state_dict = strip_wrapper_prefixes(state_dict)
     own = model.state_dict()
     state_dict = drop_other_classifier(state_dict, own, 'head')
-    mismatched = [k for k, v in state_dict.items() if k in own and own[k].shape != v.shape]
-    if mismatched or set(own) - set(state_dict) - {'head.weight', 'head.bias'}:
+    if shape_mismatches(state_dict, own) or set(own) - set(state_dict) - {'head.weight', 'head.bias'}:
         theirs = describe_architecture(state_dict)
         mine = describe_architecture(own)
         if theirs != mine:
@@ -337,8 +337,7 @@ def checkpoint_filter_fn(state_dict: Dict[str, torch.Tensor], model: NaLaFormer)
                 f'checkpoint is for another architecture: it looks like {name_architecture(theirs)} '
                 f'but the model is {name_architecture(mine)}. Create the model that matches the checkpoint '
                 f'(e.g. timm.create_model({variant_of(theirs) or "<variant>"!r}, ...)).')
-        if mismatched:
-            raise CheckpointError(f'checkpoint tensors have the wrong shape for this model: {mismatched[:5]}')
+    check_shapes(state_dict, own)
     return state_dict
 
 
@@ -346,10 +345,35 @@ default_cfgs = model_cfgs(MODEL_ARGS, first_conv='patch_embed.proj.0', classifie
                           paper_name='NaLaFormer: Norm-Aware Linear Attention for Transformer Models',
                           origin_url='https://github.com/ZacharyMeng/NaLaFormer')
 
-_entrypoint = entrypoints(__name__, NaLaFormer, MODEL_ARGS, checkpoint_filter_fn)
-nalaformer_xt = _entrypoint('nalaformer_xt', "NaLaFormer-XT: 6.14M params as released (the paper's table says 8M).")
-nalaformer_t = _entrypoint('nalaformer_t', "NaLaFormer-T: 15.91M params as released (mlp ratio 4; the paper's 15M "
-                                           "matches 3.5).")
-nalaformer_s = _entrypoint('nalaformer_s', 'NaLaFormer-S: 25.65M params.')
-nalaformer_b = _entrypoint('nalaformer_b', 'NaLaFormer-B: 52.00M params.')
-nalaformer_l = _entrypoint('nalaformer_l', 'NaLaFormer-L: 95.43M params.')
+def _create_nalaformer(variant: str, pretrained: bool = False, **kwargs) -> NaLaFormer:
+    return build_model(NaLaFormer, variant, pretrained, MODEL_ARGS[variant], checkpoint_filter_fn, **kwargs)
+
+
+@register_model
+def nalaformer_xt(pretrained: bool = False, **kwargs) -> NaLaFormer:
+    """NaLaFormer-XT: 6.14M params as released (the paper's table says 8M)."""
+    return _create_nalaformer('nalaformer_xt', pretrained=pretrained, **kwargs)
+
+
+@register_model
+def nalaformer_t(pretrained: bool = False, **kwargs) -> NaLaFormer:
+    """NaLaFormer-T: 15.91M params as released (mlp ratio 4; the paper's 15M matches 3.5)."""
+    return _create_nalaformer('nalaformer_t', pretrained=pretrained, **kwargs)
+
+
+@register_model
+def nalaformer_s(pretrained: bool = False, **kwargs) -> NaLaFormer:
+    """NaLaFormer-S: 25.65M params."""
+    return _create_nalaformer('nalaformer_s', pretrained=pretrained, **kwargs)
+
+
+@register_model
+def nalaformer_b(pretrained: bool = False, **kwargs) -> NaLaFormer:
+    """NaLaFormer-B: 52.00M params."""
+    return _create_nalaformer('nalaformer_b', pretrained=pretrained, **kwargs)
+
+
+@register_model
+def nalaformer_l(pretrained: bool = False, **kwargs) -> NaLaFormer:
+    """NaLaFormer-L: 95.43M params."""
+    return _create_nalaformer('nalaformer_l', pretrained=pretrained, **kwargs)

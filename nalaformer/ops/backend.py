@@ -6,7 +6,7 @@
                  supports (CUDA tensors in float16 / bfloat16 / float32, head dim <= 128, or any
                  tensors under ``TRITON_INTERPRET=1``), the PyTorch operator elsewhere: CPU,
                  float64, ``torch.export`` / ONNX export, or without triton
-``'reference'``  nala.py's plain-PyTorch functions with autograd, the readable reference
+``'reference'``  :mod:`nalaformer.ops.nala`'s plain-PyTorch functions with autograd, the readable reference
 ===============  ==============================================================================
 
 All three compute the same function. The choice is scoped, never process-wide state: the
@@ -24,9 +24,10 @@ the reference (``torch.jit.script`` cannot call the operators).
 Where a ``'fused'`` request falls back to the PyTorch operator, a warning says why, once per reason
 (under ``torch.compile`` when the model is traced).
 
-The kernels named ``nala_triton`` / ``nala_cos_triton`` in ``attn_types`` always ask for
-``'fused'``; they are registered where triton is installed. Only a missing triton leaves them out:
-any other error importing the fused kernels is raised. The fused kernel is not the CUDA default
+The kernels (:mod:`nalaformer.ops.kernels`) run NaLa through :func:`run_nala`; those named
+``nala_triton`` / ``nala_cos_triton`` in ``attn_types`` always ask for ``'fused'`` and are registered
+where triton is installed (:data:`FUSED_AVAILABLE`). Only a missing triton leaves them out: any other
+error importing the fused kernels is raised. The fused kernel is not the CUDA default
 yet: it becomes the default once ``scripts/gpu_acceptance.sh`` has shown it correct in compiled mode
 and faster than the PyTorch operator in a model's training step on a GPU, which has not happened
 (see kernels/README.md).
@@ -35,15 +36,11 @@ import contextlib
 import contextvars
 import os
 import warnings
-from typing import Iterator, Optional, Set, Tuple
+from typing import Iterator, Optional, Set
 
 import torch
 
-from . import nala_fast
-from .nala import (
-    AttentionKernel, linear_attention, nala_cos_feature_maps, nala_feature_maps, positive_float,
-    register_attention_kernel,
-)
+from . import nala, nala_fast
 
 try:
     from nalaformer.kernels import nala_triton
@@ -54,12 +51,14 @@ except ImportError as err:
                           f'without them') from err
     nala_triton = None  # triton is not installed
 
-__all__ = ['BACKENDS', 'BACKEND_ENV', 'DEFAULT_BACKEND', 'NaLaKernel', 'NaLaCosKernel', 'NaLaTritonKernel',
-           'NaLaCosTritonKernel', 'nala_backend', 'running_backend', 'use_nala_backend']
+__all__ = ['BACKENDS', 'BACKEND_ENV', 'DEFAULT_BACKEND', 'FUSED_AVAILABLE', 'nala_backend', 'use_nala_backend',
+           'running_backend', 'run_nala']
 
 BACKENDS = ('torch', 'fused', 'reference')
 BACKEND_ENV = 'NALAFORMER_NALA_BACKEND'
 DEFAULT_BACKEND = 'torch'
+# The fused kernels can be asked for (the ``nala_triton`` kernels are registered) where triton is installed.
+FUSED_AVAILABLE = nala_triton is not None
 
 
 def _checked(name: str, source: str) -> str:
@@ -110,65 +109,26 @@ def running_backend(requested: str, q: torch.Tensor, k: torch.Tensor, v: torch.T
     return 'torch'
 
 
-@register_attention_kernel('nala')
-class NaLaKernel(AttentionKernel):
-    """Norm-aware linear attention exactly as released (:func:`~nalaformer.ops.nala.nala_feature_maps` and
-    :func:`~nalaformer.ops.nala.linear_attention`).
+def run_nala(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, rope: torch.Tensor, alpha: Optional[float] = None,
+             backend: Optional[str] = None) -> torch.Tensor:
+    """NaLa attention on the implementation of ``backend`` (None: the scope's, :func:`nala_backend`), or the
+    PyTorch operator where a ``'fused'`` request cannot run (:func:`running_backend`).
 
-    Runs on the backend that :func:`nala_backend` names, or on the one this kernel asks for
-    (``backend``; the ``nala_triton`` kernels: ``'fused'``); all compute the same.
+    ``alpha`` None: the release's form (``nala``); a number: the cosine-inhibit form of that sharpness
+    (``nala_cos``). q, k, v (..., N, d), rope (2, N, d) -> (..., N, d) in float32 (the PyTorch implementations
+    run in float32 with autocast off; the fused kernel takes float16 / bfloat16 as they are).
     """
-    alpha: Optional[float] = None  # the cosine-inhibit form's sharpness; None: the release's sign split
-    backend: Optional[str] = None
-
-    def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, rope: torch.Tensor) -> torch.Tensor:
-        if not torch.jit.is_scripting():
-            backend = running_backend(self.backend or nala_backend(), q, k, v, rope)
-            if backend == 'fused':  # float16 / bfloat16 inputs reach the fused kernel as they are (it upcasts on load)
-                if self.alpha is None:
-                    return nala_triton.nala_attention(q, k, v, rope)
-                return nala_triton.nala_cos_attention(q, k, v, rope, self.alpha)
-            if backend == 'torch':  # one op, maps recomputed in backward
-                with torch.autocast('cuda', enabled=False), torch.autocast('cpu', enabled=False):
-                    q, k, v, rope = q.float(), k.float(), v.float(), rope.float()
-                    if self.alpha is None:
-                        return nala_fast.nala_attention(q, k, v, rope)
-                    return nala_fast.nala_cos_attention(q, k, v, rope, self.alpha)
-        with torch.autocast('cuda', enabled=False), torch.autocast('cpu', enabled=False):  # as every kernel
-            return self.attend(q.float(), k.float(), v.float(), rope.float())
-
-    def feature_maps(self, q: torch.Tensor, k: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
-        return nala_feature_maps(q, k)
-
-    def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, rope: torch.Tensor) -> torch.Tensor:
-        phi_q, phi_k = self.feature_maps(q, k)
-        return linear_attention(phi_q, phi_k, v, rope)
+    backend = running_backend(backend or nala_backend(), q, k, v, rope)
+    if backend == 'fused':  # float16 / bfloat16 inputs reach the fused kernel as they are (it upcasts on load)
+        return _attention(nala_triton, q, k, v, rope, alpha)
+    with torch.autocast('cuda', enabled=False), torch.autocast('cpu', enabled=False):
+        implementation = nala_fast if backend == 'torch' else nala
+        return _attention(implementation, q.float(), k.float(), v.float(), rope.float(), alpha)
 
 
-@register_attention_kernel('nala_cos')
-class NaLaCosKernel(NaLaKernel):
-    """The paper's continuous cosine-inhibit form; ``alpha`` sets its sharpness."""
-
-    def __init__(self, alpha: float = 20.0):
-        super().__init__()
-        self.alpha = positive_float(self.attn_type, 'alpha', alpha)
-
-    def feature_maps(self, q: torch.Tensor, k: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
-        return nala_cos_feature_maps(q, k, self.alpha)
-
-
-class NaLaTritonKernel(NaLaKernel):
-    """The ``nala`` kernel on the fused backend whatever the scope says (the PyTorch operator where it cannot run)."""
-    function_name = 'nala'
-    backend = 'fused'
-
-
-class NaLaCosTritonKernel(NaLaCosKernel):
-    """The ``nala_cos`` kernel on the fused backend whatever the scope says."""
-    function_name = 'nala_cos'
-    backend = 'fused'
-
-
-if nala_triton is not None:
-    register_attention_kernel('nala_triton')(NaLaTritonKernel)
-    register_attention_kernel('nala_cos_triton')(NaLaCosTritonKernel)
+def _attention(implementation, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, rope: torch.Tensor,
+               alpha: Optional[float]) -> torch.Tensor:
+    """``implementation``'s (nala.py, nala_fast or nala_triton: the same functions) nala or nala_cos attention."""
+    if alpha is None:
+        return implementation.nala_attention(q, k, v, rope)
+    return implementation.nala_cos_attention(q, k, v, rope, alpha)

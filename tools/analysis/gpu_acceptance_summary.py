@@ -48,10 +48,10 @@ CHECKS = {
     'train_bf16': 'NaLaFormer-T training step, AMP bf16: losses finite (PyTorch op and fused)',
     'train_fp16': 'NaLaFormer-T training step, AMP fp16: losses finite (PyTorch op and fused)',
     'upernet_bf16': 'UperNet-T training iterations with AMP: losses finite',
-    'sr': 'NaLa-SR x2 whole network (benchmark_sr.py): CUDA max memory and latency of NaLa measured at every size '
+    'sr': 'NaLa-SR x2 whole network (benchmark.py sr): CUDA max memory and latency of NaLa measured at every size '
           '(fp32, bf16)',
 }
-# benchmark_sr.py's baseline and the global attentions compared with it in the summary.
+# benchmark.py sr's baseline and the global attentions compared with it in the summary.
 SR_BASELINE, SR_COMPARED = 'nala', ('softmax_explicit', 'softmax')
 MET, NOT_MET, NOT_MEASURED = 'met', 'not met', 'not measured'
 
@@ -63,9 +63,6 @@ def outcome(name: str, met: Optional[bool], value: str) -> Outcome:
     return dict(name=name, status=NOT_MEASURED if met is None else MET if met else NOT_MET, value=value)
 
 
-# ----------------------------------------------------------------------------------------------
-# Reading the steps' outputs
-# ----------------------------------------------------------------------------------------------
 def read_steps(work: Path) -> Dict[str, Dict[str, int]]:
     """``steps.tsv``: {name: {rc, seconds, budget}} in the order the steps ran."""
     steps = {}
@@ -111,9 +108,6 @@ def junit_counts(path: Path) -> Dict[str, int]:
     return counts
 
 
-# ----------------------------------------------------------------------------------------------
-# Targets and checks
-# ----------------------------------------------------------------------------------------------
 def kernel_row(report: Dict, method: str, mode: str, tokens: int, batch: Optional[int] = None) -> Optional[Dict]:
     """The timed row of a method, mode and token count (and batch) in benchmark_kernels.json, if any."""
     return next((r for r in report['rows'] if r['method'] == method and r['mode'] == mode and r['tokens'] == tokens
@@ -175,7 +169,7 @@ def training_targets(report: Dict) -> List[Outcome]:
 
 
 def finite_check(name: str, report: Dict) -> Outcome:
-    """Every timed model of a benchmark.py training report had finite losses only."""
+    """Every timed model of a benchmark.py model training report had finite losses only."""
     rows = report['results']
     bad = [f"{r['model']}: {r['status']}: {r.get('error')}" for r in rows if r['status'] != 'ok']
     bad += [f"{r['model']}: non-finite loss" for r in rows if r['status'] == 'ok' and not r.get('losses_finite')]
@@ -194,7 +188,7 @@ def kernel_tests_check(name: str, counts: Dict[str, int]) -> Outcome:
 
 
 def upernet_check(name: str, report: Dict) -> Outcome:
-    """benchmark_segmentor.py's report: finite losses, with its figures."""
+    """benchmark.py segmentor's report: finite losses, with its figures."""
     r, meta = report['result'], report['meta']
     return outcome(name, r['losses_finite'],
                    f"{meta['size'][0]}x{meta['size'][1]}, batch {meta['batch']}, AMP {meta['amp']}: "
@@ -203,7 +197,7 @@ def upernet_check(name: str, report: Dict) -> Outcome:
 
 
 def sr_check(name: str, report: Dict) -> Outcome:
-    """benchmark_sr.py's report: every NaLa run has a measured peak and a time; the ratios at the most tokens."""
+    """benchmark.py sr's report: every NaLa run has a measured peak and a time; the ratios at the most tokens."""
     runs = report['runs']
     nala = [r for r in runs if r['slot'] == SR_BASELINE]
     if not nala:
@@ -232,9 +226,6 @@ def guarded(names: Sequence[str], build: Callable[[], List[Outcome]]) -> List[Ou
         return [outcome(name, None, f'unexpected report contents ({type(e).__name__}: {e})') for name in names]
 
 
-# ----------------------------------------------------------------------------------------------
-# The summary
-# ----------------------------------------------------------------------------------------------
 def summarise(work: Path) -> Dict:
     steps = read_steps(work)
     outputs = {name: read_output(work, steps, name) for name in FILES}

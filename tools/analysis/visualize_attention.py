@@ -1,13 +1,9 @@
 """Overlay one query's attention map on the image, for one or several attention kernels.
 
-Takes q, k entering the attention kernel of ``--stage``/``--block`` of a NaLaFormer (random
-init or ``--checkpoint``) on one image, picks the query token at ``--query X Y`` (fractions of
-the image width and height) and head ``--head``, and draws A_ij over all keys j for each kernel
-(``nalaformer.analysis.entropy.attention_probs``; RoPE off, as in attention_entropy.py).
-Each map is scaled to its own maximum; titles give the entropy and the peak relative to uniform.
-Example::
+The query at ``--query X Y`` (fractions of width and height), head ``--head``: its attention over all keys per kernel
+(RoPE off), each map scaled to its maximum. Example::
 
-    python3 tools/analysis/visualize_attention.py --kernels softmax relu nala --query 0.45 0.3 \\
+    python3 tools/analysis/visualize_attention.py --attn-types softmax relu nala --query 0.45 0.3 \\
         --out docs/attention_map.png
 """
 import argparse
@@ -19,15 +15,15 @@ from typing import Optional, Sequence
 import torch.nn.functional as F
 
 from nalaformer.analysis.cli import add_block_args, block_qk
-from nalaformer.analysis.entropy import KERNELS, attention_probs, entropy
-from nalaformer.analysis.results import save_figure
+from nalaformer.analysis.entropy import ATTN_TYPES, attention_probs, entropy
+from nalaformer.analysis.plots import panels, save_figure
 from nalaformer.errors import ConfigError, run_tool
 
 
 def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
     add_block_args(parser)
-    parser.add_argument('--kernels', nargs='+', default=['softmax', 'relu', 'nala'], choices=KERNELS)
+    parser.add_argument('--attn-types', nargs='+', default=['softmax', 'relu', 'nala'], choices=ATTN_TYPES)
     parser.add_argument('--head', type=int, default=0)
     parser.add_argument('--query', type=float, nargs=2, default=(0.45, 0.3), metavar=('X', 'Y'),
                         help='query position as fractions of image width and height, in [0, 1]')
@@ -52,21 +48,17 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     index = query_index(args.query, grid)
     q, k, image = q[0, args.head], k[0, args.head], pixels[0]  # first image: (N, d), (N, d), (H, W, 3)
 
-    import matplotlib
-    matplotlib.use('Agg')
-    import matplotlib.pyplot as plt
-
     height, width = image.shape[:2]
     point = ((index % grid[1] + 0.5) * width / grid[1], (index // grid[1] + 0.5) * height / grid[0])
-    fig, axes = plt.subplots(1, 1 + len(args.kernels), figsize=(3.6 * (1 + len(args.kernels)), 3.8))
+    fig, [axes] = panels(1, 1 + len(args.attn_types), 3.6, 3.8)
     axes[0].imshow(image)
     axes[0].set_title(f'query token {index} ({grid[0]}x{grid[1]} grid)', fontsize=10)
-    for ax, kernel in zip(axes[1:], args.kernels):
-        probs = attention_probs(kernel, q[index:index + 1], k)[0]  # (N,)
+    for ax, attn_type in zip(axes[1:], args.attn_types):
+        probs = attention_probs(attn_type, q[index:index + 1], k)[0]  # (N,)
         heat = F.interpolate(probs.reshape(1, 1, *grid).float(), size=(height, width), mode='bilinear')[0, 0]
         ax.imshow(image)
         ax.imshow(heat / heat.max(), cmap='jet', alpha=0.5, vmin=0, vmax=1)
-        ax.set_title(f'{kernel}: entropy {float(entropy(probs)):.2f} / {math.log(probs.numel()):.2f}\n'
+        ax.set_title(f'{attn_type}: entropy {float(entropy(probs)):.2f} / {math.log(probs.numel()):.2f}\n'
                      f'peak {float(probs.max()) * probs.numel():.1f}x uniform', fontsize=10)
     for ax in axes:
         ax.plot(*point, marker='*', color='white', markeredgecolor='black', markersize=14)

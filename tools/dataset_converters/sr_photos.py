@@ -10,7 +10,7 @@ photographs in the benchmark layout.
     data/sr-photos/benchmark/Unseen4/HR/{butterfly,astronaut,coffee,chelsea}.png, LR_bicubic/X{2,3,4}/...
         OpenCV's dnn_superres/butterfly.png (Debian's opencv-doc) and scikit-image's astronaut, coffee, chelsea
 
-LR images are MATLAB-style bicubic shrinks (nalaformer/imresize.py), as in DIV2K and the benchmarks. The
+LR images are MATLAB-style bicubic shrinks (nalaformer/images/resize.py), as in DIV2K and the benchmarks. The
 result is what configs/sr/nalasr-pico_1xb32-2k_photos-x2.py trains and tests on (bash scripts/setup.sh
 installs the photographs). An existing DIV2K/ or benchmark/Unseen4/ there is refused unless --overwrite.
 """

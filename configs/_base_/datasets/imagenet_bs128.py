@@ -3,7 +3,7 @@
 # rand-m9-mstd0.5-inc1, colour jitter 0.4, bicubic, random erasing 0.25 (pixel, 1), repeated augmentation x3;
 # 128 images per GPU (pretrain.sh --batch-size 128 on 8 GPUs); incomplete training batches dropped (main.py
 # drop_last=True). RandAugment's Posterize at magnitude 10 keeps 0 bits: a black
-# image, as Pillow <= 12.3 gives and the release's stack did (nalaformer/engine/augment.py; docs/recipes.md).
+# image, as Pillow <= 12.3 gives and the release's stack did (nalaformer/classification/augment.py; docs/recipes.md).
 dataset_type = 'ImageFolderDataset'
 data_root = 'data/imagenet'
 

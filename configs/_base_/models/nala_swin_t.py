@@ -6,7 +6,7 @@ model = dict(
     arch='nala_swin_tiny',
     num_classes=1000,
     drop_path_rate=0.2,
-    # Per stage: a kernel of nalaformer.ops.nala run globally, or 'shifted_window' (Swin's windowed softmax).
+    # Per stage: a kernel of nalaformer.ops.kernels run globally, or 'shifted_window' (Swin's windowed softmax).
     # kernel_kwargs: None, or one dict per stage (None for shifted-window stages), e.g. (dict(power=3.0),
     # dict(power=3.0), None, None) with attn_types=('relu', 'relu', 'shifted_window', 'shifted_window').
     attn_types=('nala', 'nala', 'shifted_window', 'shifted_window'),

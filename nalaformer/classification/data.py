@@ -1,19 +1,19 @@
 """ImageFolder datasets with timm transforms (folders checked when built, unreadable training images
-replaced and counted), and timm's repeated-augmentation sampler."""
+replaced and handed to :class:`~nalaformer.engine.hooks.UnreadableImageHook`), and timm's repeated-augmentation
+sampler."""
 import logging
 from pathlib import Path
 from typing import Optional
 
-import numpy as np
-from mmengine.dist import get_dist_info, get_world_size
-from mmengine.hooks import Hook
+from mmengine.dist import get_dist_info
 from mmengine.logging import print_log
-from mmengine.registry import DATA_SAMPLERS, DATASETS, HOOKS
+from mmengine.registry import DATA_SAMPLERS, DATASETS
 from PIL import Image
 from timm.data import ImageDataset
 from timm.data.distributed_sampler import RepeatAugSampler as TimmRepeatAugSampler
 
 from ..errors import DatasetError
+from ..images import rgb_image
 from .augment import create_transform
 from .dataset_check import check_split, scan_split
 
@@ -24,7 +24,7 @@ LAYOUT = '<data_root>/<split>/<class_name>/<image>.{jpg,jpeg,png,...} (ImageNet:
 @DATASETS.register_module()
 class ImageFolderDataset:
     """``data_root/split`` in ImageFolder layout, transformed by ``timm.data.create_transform`` (with Posterize
-    defined at every magnitude: :mod:`nalaformer.engine.augment`).
+    defined at every magnitude: :mod:`nalaformer.classification.augment`).
 
     Args:
         data_root: dataset root. split: sub-folder ('train', 'val', ...).
@@ -90,59 +90,6 @@ class ImageFolderDataset:
                 unreadable = unreadable or str(self.dataset.reader.filename(index, absolute=True))
         raise OSError(f'cannot read image {unreadable} nor the {MAX_SUBSTITUTES} images after it in '
                       f'{self.dataset.reader.root}: is the dataset folder damaged?')
-
-
-@HOOKS.register_module()
-class UnreadableImageHook(Hook):
-    """Count the training images a dataset replaced because they could not be read (``skip_unreadable``),
-    log each path once, and stop with the list when more than ``max_fraction`` of the images a process
-    trains on in one epoch (and more than ``min_count``) were unreadable. Removes the ``unreadable`` entry
-    from each batch."""
-
-    priority = 'VERY_HIGH'  # before anything reads the batch
-
-    def __init__(self, max_fraction: float = 0.001, min_count: int = 5):
-        if not 0 <= max_fraction <= 1 or min_count < 0:
-            raise ValueError(f'UnreadableImageHook needs 0 <= max_fraction <= 1 and min_count >= 0, got '
-                             f'{max_fraction}, {min_count}')
-        self.max_fraction, self.min_count = max_fraction, min_count
-        self.logged: set = set()
-        self.epoch: set = set()
-
-    def before_train_epoch(self, runner) -> None:
-        self.epoch = set()
-
-    def before_train_iter(self, runner, batch_idx: int, data_batch=None) -> None:
-        if not isinstance(data_batch, dict):
-            return
-        paths = [p for p in data_batch.pop('unreadable', None) or () if p]
-        for path in paths:
-            if path not in self.logged:
-                print_log(f'skipped an unreadable training image (replaced by the next one): {path}',
-                          logger='current', level=logging.WARNING)
-                self.logged.add(path)
-        self.epoch.update(paths)
-        if paths:
-            runner.message_hub.update_scalar('train/unreadable_images', len(self.epoch))
-        limit = max(self.min_count, self.max_fraction * len(runner.train_dataloader.dataset) / get_world_size())
-        if len(self.epoch) > limit:
-            listed = sorted(self.epoch)
-            raise OSError(f'{len(listed)} training images could not be read in epoch {runner.epoch + 1}, more than '
-                          f'the {limit:g} allowed (default_hooks.unreadable: max_fraction={self.max_fraction}, '
-                          f'min_count={self.min_count}); replace or remove them: {listed[:50]}'
-                          + (f' and {len(listed) - 50} more' if len(listed) > 50 else ''))
-
-
-def rgb_image(image: Image.Image) -> Image.Image:
-    """An image as 8-bit RGB: 16-bit grayscale scaled from 0-65535 (PIL's own conversion clips it at 255,
-    turning most pixels white); modes without a fixed range (32-bit integer, float) are refused."""
-    if image.mode.startswith('I;16'):
-        pixels = np.asarray(image, dtype=np.float64) * (255 / 65535)
-        return Image.fromarray(pixels.round().astype(np.uint8)).convert('RGB')
-    if image.mode in ('I', 'F'):
-        raise ValueError(f'PIL mode {image.mode!r} (32-bit {"integer" if image.mode == "I" else "float"} pixels) has '
-                         f'no fixed value range to map to 8 bits; save the image as 8-bit or 16-bit')
-    return image.convert('RGB')
 
 
 @DATA_SAMPLERS.register_module()

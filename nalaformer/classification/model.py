@@ -11,7 +11,7 @@ from timm.data import Mixup
 from timm.loss import LabelSmoothingCrossEntropy, SoftTargetCrossEntropy
 
 from ..checkpoint import check_starting_weights, load_starting_weights
-from .model_spec import TimmModelSpec, check_model_name
+from ..engine.model_spec import TimmModelSpec, check_model_name
 
 
 def loads_itself(arch: str) -> bool:
@@ -102,7 +102,7 @@ class TimmClassifier(BaseModel):
     def forward(self, inputs: torch.Tensor, data_samples: Optional[torch.Tensor] = None, mode: str = 'tensor',
                 unreadable: Optional[list] = None) -> Union[Dict[str, torch.Tensor], List[dict], torch.Tensor]:
         """``unreadable``: paths of images the dataset replaced in this batch, when
-        :class:`~nalaformer.engine.data.UnreadableImageHook` (which counts them) is not configured."""
+        :class:`~nalaformer.engine.hooks.UnreadableImageHook` (which counts them) is not configured."""
         if mode == 'loss':
             targets = data_samples
             if self.mixup is not None:

@@ -1,54 +1,40 @@
 """Training-iteration time, peak memory and losses of a segmentation config's model on random data.
 
-Builds the config's whole segmentor (UperNet on NaLaFormer-T by default; no pretrained weights, SyncBN as
-plain BatchNorm: one process) and runs ``--warmup`` untimed and ``--repeats`` timed training iterations on
-one fixed random batch of ``--size`` images and labels, each as tools/train.py's runner runs one:
-``model.train_step`` with the config's optimizer wrapper (``--amp`` as ``tools/train.py --amp``: autocast,
-and dynamic loss scaling on a GPU). Reports the median time per iteration with its IQR, img/s, the peak
-memory (CUDA: ``torch.cuda.max_memory_allocated`` over the timed iterations; CPU: not measured), every
-iteration's loss and whether all were finite. ``--backend`` sets the NaLa backend of the backbone's
-``nala`` stages (default: the current one, the PyTorch operator unless NALAFORMER_NALA_BACKEND says otherwise).
+Times ``model.train_step`` of the config's whole segmentor (UperNet-T by default; SyncBN as BatchNorm) with its
+optimizer wrapper on one random batch: time per iteration, img/s, CUDA peak memory, the losses. Example::
 
-mmsegmentation must be installed; mmcv without compiled ops (mmcv-lite) is enough
-(:func:`nalaformer.mmcv_build.allow_mmcv_lite`). Examples::
-
-    python3 tools/analysis/benchmark_segmentor.py --device cuda --amp bf16 --out-json runs/upernet_t.json
-    python3 tools/analysis/benchmark_segmentor.py --device cpu --size 64 --warmup 1 --repeats 2
+    python3 tools/analysis/benchmark.py segmentor --device cuda --amp bf16 --out-json runs/upernet_t.json
 """
 import argparse
-import sys
-import time
 from pathlib import Path
-from typing import Dict, Optional, Sequence
+from typing import Dict
 
 import torch
 
-from nalaformer.analysis.grids import parse_size
-from nalaformer.analysis.machine import device_name
-from nalaformer.analysis.memory import MIB
-from nalaformer.analysis.results import format_optional, write_json
-from nalaformer.analysis.steps import AMP_DTYPES, backend_context, loss_summary
-from nalaformer.analysis.timing import summarize, synchronize, time_repeats
-from nalaformer.errors import ConfigError, UserError, run_tool
-from nalaformer.mmcv_build import allow_mmcv_lite
-from nalaformer.ops import BACKENDS, nala_backend
+from ...errors import ConfigError, UserError
+from ...mmcv_build import allow_mmcv_lite
+from ...ops import BACKENDS, nala_backend
+from ..grids import parse_size
+from ..machine import CHECKOUT
+from ..memory import MIB
+from ..results import format_optional, write_report
+from ..steps import AMP_DTYPES, backend_context, loss_summary
+from ..timing import summarize, synchronize, time_repeats
+from .common import add_amp_arg, add_device_arg, check_device, finish_meta, start_meta
 
-ROOT = Path(__file__).resolve().parents[2]
-DEFAULT_CONFIG = ROOT / 'configs' / 'ade20k' / 'upernet_nalaformer-t_8xb2-160k_ade20k-512x512.py'
+DEFAULT_CONFIG = CHECKOUT / 'configs' / 'ade20k' / 'upernet_nalaformer-t_8xb2-160k_ade20k-512x512.py'
 
 
-def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+def add_arguments(parser: argparse.ArgumentParser):
     parser.add_argument('--config', type=Path, default=DEFAULT_CONFIG, help='segmentation config (mmseg scope)')
     parser.add_argument('--size', default='512', help='input size: 512 or HxW (the crop the model pads to)')
     parser.add_argument('--batch', type=int, default=None, help="images per iteration (default: the config's)")
-    parser.add_argument('--amp', choices=tuple(AMP_DTYPES), default='none')
+    add_amp_arg(parser)
     parser.add_argument('--backend', choices=BACKENDS, default=None, help='NaLa backend (default: the current one)')
-    parser.add_argument('--device', default='cuda' if torch.cuda.is_available() else 'cpu', choices=('cpu', 'cuda'))
+    add_device_arg(parser)
     parser.add_argument('--warmup', type=int, default=2, help='untimed iterations')
     parser.add_argument('--repeats', type=int, default=5, help='timed iterations')
     parser.add_argument('--out-json', type=Path, default=Path('benchmark_segmentor.json'))
-    return parser.parse_args(argv)
 
 
 def import_mmseg() -> bool:
@@ -59,7 +45,7 @@ def import_mmseg() -> bool:
         import nalaformer.dense  # noqa: F401  (NaLaBackbone in mmseg's registry)
         import nalaformer.engine  # noqa: F401  (CPUAmpOptimWrapper)
     except ImportError as e:
-        raise UserError(f'this tool needs mmsegmentation, mmengine and mmcv (mmcv-lite is enough): {e}') from None
+        raise UserError(f'this benchmark needs mmsegmentation, mmengine and mmcv (mmcv-lite is enough): {e}') from None
     from mmengine.logging import MMLogger
     MMLogger.get_instance('benchmark_segmentor', log_level='WARNING')  # not mmengine's per-parameter INFO lines
     register_all_modules(init_default_scope=False)
@@ -72,7 +58,7 @@ def build(args: argparse.Namespace, size, device: torch.device):
     from mmengine.optim import build_optim_wrapper
     from mmengine.registry import MODELS, DefaultScope
 
-    from nalaformer.engine.launch import apply_amp, load_config
+    from ...engine.launch import apply_amp, load_config
     cfg = load_config(str(args.config))
     if 'decode_head' not in cfg.model:
         raise ConfigError(f'{args.config}: not a segmentation config (its model has no decode_head)')
@@ -103,12 +89,11 @@ def random_batch(batch: int, size, num_classes: int) -> Dict:
 
 
 def run(args: argparse.Namespace) -> Dict:
-    device = torch.device(args.device)
-    if device.type == 'cuda' and not torch.cuda.is_available():
-        raise ConfigError('--device cuda: no CUDA device is available')
+    device = check_device(args.device)
     if args.repeats < 1 or args.warmup < 0 or (args.batch is not None and args.batch < 1):
         raise ConfigError('--repeats and --batch must be positive, --warmup not negative')
     size = parse_size(args.size)
+    meta = start_meta(device, args, config=str(args.config), size=list(size), amp=args.amp)
     lite = import_mmseg()
     model, optim_wrapper, cfg = build(args, size, device)
     batch = args.batch or cfg.train_dataloader.batch_size
@@ -128,31 +113,24 @@ def run(args: argparse.Namespace) -> Dict:
         samples = time_repeats(step, device, warmup=0, repeats=args.repeats)
     import mmcv
     import mmseg
-    meta = dict(config=str(args.config), size=list(size), batch=batch, amp=args.amp, device=device.type,
-                device_name=device_name(device), nala_backend=backend, warmup=args.warmup,
-                repeats=args.repeats, optim_wrapper=type(optim_wrapper).__name__,
-                mmcv_ops='stand-ins (mmcv-lite)' if lite else 'compiled', torch=torch.__version__,
-                mmcv=mmcv.__version__, mmseg=mmseg.__version__, finished=time.strftime('%Y-%m-%d %H:%M:%S'),
+    meta.update(batch=batch, nala_backend=backend, optim_wrapper=type(optim_wrapper).__name__,
+                mmcv_ops='stand-ins (mmcv-lite)' if lite else 'compiled', mmcv=mmcv.__version__,
+                mmseg=mmseg.__version__,
                 memory='torch.cuda.max_memory_allocated over the timed iterations' if device.type == 'cuda' else
                 'not measured on CPU')
     result = dict(status='ok', **summarize(samples, batch),
                   peak_mb=torch.cuda.max_memory_allocated(device) / MIB if device.type == 'cuda' else None,
                   losses=[float(loss) for loss in losses], **loss_summary(losses))
-    return dict(meta=meta, result=result)
+    return dict(meta=finish_meta(meta), result=result)
 
 
-def main(argv: Optional[Sequence[str]] = None) -> int:
-    args = parse_args(argv)
+def main(args: argparse.Namespace) -> int:
     report = run(args)
-    write_json(args.out_json, report)
+    written = write_report(report, args.out_json)
     meta, r = report['meta'], report['result']
     print(f"{Path(meta['config']).name} {meta['size'][0]}x{meta['size'][1]} batch {meta['batch']}, amp {meta['amp']}, "
           f"{meta['device_name']}, NaLa backend {meta['nala_backend']}, mmcv ops {meta['mmcv_ops']}: "
           f"{r['median_ms']:.1f} ms/iteration (IQR {r['q1_ms']:.1f}-{r['q3_ms']:.1f}), {r['throughput']:.1f} img/s, "
           f"peak {format_optional(r['peak_mb'], '.0f')} MiB, final loss {r['final_loss']:.4f}, "
-          f"losses finite: {'yes' if r['losses_finite'] else 'NO'}; wrote {args.out_json}")
+          f"losses finite: {'yes' if r['losses_finite'] else 'NO'}; {written}")
     return 0
-
-
-if __name__ == '__main__':
-    sys.exit(run_tool(main))

@@ -1,41 +1,34 @@
 """Can a dense model fit 16 real-pixel scenes? Learning curves of NaLaFormer vs ResNet-18 backbones.
 
-Writes the scenes (``nalaformer.datasets.write_scenes``: Fashion-MNIST items pasted on crops of a real
-photograph, 256x256, COCO and ADE20K layouts), then for each backbone trains the project's smallest
-config from scratch with OpenMMLab's own ``tools/train.py`` (the copy inside the installed mmdet or
-mmseg package) and evaluates on the same scenes every ``--eval-every`` iterations:
+Writes the scenes (Fashion-MNIST items on crops of a photograph, COCO and ADE20K layouts), then trains each
+backbone from scratch under the project's smallest det / seg config (same schedule, nothing frozen) with OpenMMLab's
+own ``tools/train.py``, evaluating on the same scenes every ``--eval-every`` iterations (docs/dense_fit.md). Writes
+``OUT.json`` (losses, metrics per evaluation, wall time) and ``OUT.png``; ``--backbone-options KEY=VALUE ...`` change
+the NaLaFormer backbone (e.g. ``attn_types=nala``)::
 
-* ``det``: ``configs/coco/mask-rcnn_nalaformer-xt_fpn_1x_coco.py`` (bbox and segm AP);
-* ``seg``: ``configs/ade20k/upernet_nalaformer-xt_8xb2-160k_ade20k-512x512.py`` (mIoU).
-
-Both backbones get the same schedule: AdamW (``--lr``, the config's weight decay), linear warm-up
-over the first ``--warmup`` iterations, then constant; batch ``--batch``; no frozen stages, BatchNorm
-in training mode, no pretrained weights. ``resnet18`` is mmdet's/mmseg's ResNet-18 (``ResNetV1c``
-for segmentation, as mmseg's UperNet configs use). Writes ``OUT.json`` (per-iteration losses,
-metrics per evaluation, wall time) and ``OUT.png``::
-
-    python3 tools/analysis/dense_fit.py det --backbones nalaformer_xt resnet18 --iters 300 --out docs/dense_fit_det
-    python3 tools/analysis/dense_fit.py seg --backbones nalaformer_xt resnet18 --iters 300 --out docs/dense_fit_seg
-
-``--backbone-options KEY=VALUE ...`` change the NaLaFormer backbone (e.g. ``drop_path_rate=0.0``,
-``attn_types=nala``) for ablations.
+    python3 tools/analysis/study.py dense det --backbones nalaformer_xt resnet18 --iters 300 --out docs/dense_fit_det
+    python3 tools/analysis/study.py dense seg --backbones nalaformer_xt resnet18 --iters 300 --out docs/dense_fit_seg
 """
 import argparse
+import importlib
 import json
-import os
+import shlex
 import shutil
-import subprocess
-import sys
 import time
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence
+from typing import Dict, List
 
-from nalaformer.errors import ConfigError, run_tool
+from ...datasets import CLASSES, write_scenes
+from ...errors import ConfigError
+from ..machine import CHECKOUT
+from ..models import ModelSpec, create_model
+from ..plots import panels, save_figure
+from ..results import write_json
+from .runs import run_tool
 
-ROOT = Path(__file__).resolve().parents[2]
 CONFIGS = {
-    'det': ROOT / 'configs' / 'coco' / 'mask-rcnn_nalaformer-xt_fpn_1x_coco.py',
-    'seg': ROOT / 'configs' / 'ade20k' / 'upernet_nalaformer-xt_8xb2-160k_ade20k-512x512.py',
+    'det': CHECKOUT / 'configs' / 'coco' / 'mask-rcnn_nalaformer-xt_fpn_1x_coco.py',
+    'seg': CHECKOUT / 'configs' / 'ade20k' / 'upernet_nalaformer-xt_8xb2-160k_ade20k-512x512.py',
 }
 METRICS = {'det': ('coco/bbox_mAP', 'coco/segm_mAP'), 'seg': ('mIoU',)}
 RESNET18 = {  # from scratch, BatchNorm trained, nothing frozen: as the NaLaFormer backbone is run here
@@ -54,12 +47,9 @@ def _backbone_overrides(task: str, backbone: str, options: Dict) -> Dict:
         channels = RESNET18_CHANNELS
         model = dict(backbone=dict(_delete_=True, **RESNET18[task]))
     else:
-        import timm
-
-        import nalaformer  # noqa: F401  (registers the models with timm)
         wrapper_args = {k: options[k] for k in ('frozen_stages', 'norm_eval', 'out_norms') if k in options}
         model_args = {k: v for k, v in options.items() if k not in wrapper_args}
-        channels = timm.create_model(backbone, features_only=True, **model_args).feature_info.channels()
+        channels = create_model(ModelSpec(backbone, model_args), features_only=True).feature_info.channels()
         model = dict(backbone=dict(arch=backbone, init_cfg=None, **{'norm_eval': False, 'frozen_stages': -1,
                                                                      **wrapper_args}, **model_args))
     if task == 'det':
@@ -91,7 +81,6 @@ def _merge(a: Dict, b: Dict) -> Dict:
 def fit_config(task: str, backbone: str, args: argparse.Namespace, options: Dict) -> Path:
     """Write and return a config that inherits the project's config and changes only data, backbone,
     schedule (and with ``--head-channels`` the heads' width)."""
-    from nalaformer.datasets import CLASSES
     data_root, work_dir = args.work_dir / 'scenes', args.work_dir / f'{task}_{backbone}'
     iters, eval_every, batch, lr, warmup, size = args.iters, args.eval_every, args.batch, args.lr, args.warmup, args.size
     model = _backbone_overrides(task, backbone, options)
@@ -161,7 +150,6 @@ def _with_pipelines(task: str, text: str, size: int) -> str:
 
 
 def openmmlab_train_script(task: str) -> Path:
-    import importlib
     package = importlib.import_module('mmdet' if task == 'det' else 'mmseg')
     return Path(package.__file__).parent / '.mim' / 'tools' / 'train.py'
 
@@ -181,16 +169,12 @@ def run_one(task: str, backbone: str, args: argparse.Namespace, options: Dict) -
     work_dir = args.work_dir / f'{task}_{backbone}'
     shutil.rmtree(work_dir, ignore_errors=True)  # one run's logs per folder
     config = fit_config(task, backbone, args, options)
-    command = [sys.executable, str(openmmlab_train_script(task)), str(config), '--work-dir', str(work_dir)]
-    if args.cfg_options:
-        command += ['--cfg-options', *args.cfg_options]
-    print(f'[{task} {backbone}] {" ".join(command)}', flush=True)
+    print(f'[{task} {backbone}] training (log: {work_dir / "train.log"})', flush=True)
     start = time.perf_counter()
-    result = subprocess.run(command, cwd=ROOT, text=True, capture_output=True,
-                            env={**os.environ, 'PYTHONPATH': f'{ROOT}{os.pathsep}{os.environ.get("PYTHONPATH", "")}'})
+    run_tool(openmmlab_train_script(task), [str(config), '--work-dir', str(work_dir),
+                                            *(['--cfg-options', *args.cfg_options] if args.cfg_options else [])],
+             work_dir / 'train.log')
     seconds = time.perf_counter() - start
-    if result.returncode != 0:
-        raise SystemExit(f'[{task} {backbone}] training failed:\n{result.stdout[-3000:]}\n{result.stderr[-6000:]}')
     curves = read_curves(work_dir, task)
     final = curves['metrics'][-1]
     print(f'[{task} {backbone}] {seconds:.0f} s, final ' + ', '.join(f'{k} {final[k]}' for k in METRICS[task]),
@@ -200,11 +184,8 @@ def run_one(task: str, backbone: str, args: argparse.Namespace, options: Dict) -
 
 
 def plot(results: Dict, task: str, path: Path) -> None:
-    import matplotlib
-    matplotlib.use('Agg')
-    import matplotlib.pyplot as plt
     metrics = METRICS[task]
-    fig, axes = plt.subplots(1, 1 + len(metrics), figsize=(5 * (1 + len(metrics)), 3.6))
+    fig, [axes] = panels(1, 1 + len(metrics), 5, 3.6)
     for run in results['runs']:
         label = run['backbone'] + ''.join(f' {k}={v}' for k, v in run['options'].items())
         axes[0].plot([r['step'] for r in run['losses']], [r['loss'] for r in run['losses']], label=label, lw=1)
@@ -214,8 +195,7 @@ def plot(results: Dict, task: str, path: Path) -> None:
     for ax, metric in zip(axes[1:], metrics):
         ax.set(title=f'{metric} on the training scenes', xlabel='iteration')
     axes[-1].legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    save_figure(fig, path)
 
 
 def parse_value(text: str):
@@ -225,8 +205,7 @@ def parse_value(text: str):
         return text
 
 
-def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def add_arguments(parser: argparse.ArgumentParser):
     parser.add_argument('task', choices=sorted(CONFIGS))
     parser.add_argument('--backbones', nargs='+', default=['nalaformer_xt', 'resnet18'],
                         help="timm names of the project's models, or resnet18")
@@ -243,15 +222,13 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
                         help="width of the neck and heads (default: the config's; smaller is faster)")
     parser.add_argument('--cfg-options', nargs='+', default=[], metavar='KEY=VALUE',
                         help='passed to every run\'s tools/train.py (e.g. optim_wrapper.clip_grad.max_norm=1.0)')
-    parser.add_argument('--work-dir', type=Path, default=Path('work_dirs/dense_fit'))
+    parser.add_argument('--work-dir', type=Path, default=CHECKOUT / 'work_dirs' / 'dense_fit')
     parser.add_argument('--out', type=Path, default=None, help='OUT.json and OUT.png (default: WORK_DIR/TASK)')
     parser.add_argument('--combine', nargs='+', type=Path, default=None, metavar='JSON',
                         help='no training: merge the runs of these result files (same task and schedule) into OUT')
-    return parser.parse_args(argv)
 
 
-def main(argv: Optional[Sequence[str]] = None) -> int:
-    args = parse_args(argv)
+def main(args: argparse.Namespace) -> int:
     out = args.out or args.work_dir / args.task
     if args.combine:  # runs made separately (e.g. one backbone per core) into one JSON and plot
         results = [json.loads(Path(p).read_text()) for p in args.combine]
@@ -262,7 +239,6 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                 raise ConfigError(f'--combine: runs differ in {differing}; combine runs of one schedule only')
         results = dict(settings, commands=[r['command'] for r in results], runs=[run for r in results for run in r['runs']])
     else:
-        from nalaformer.datasets import write_scenes
         options = {}
         for item in args.backbone_options:
             key, sep, value = item.partition('=')
@@ -271,17 +247,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             options[key] = parse_value(value)
         write_scenes(args.work_dir / 'scenes', num_images=args.images, size=args.size)
         runs: List[Dict] = [run_one(args.task, backbone, args, options) for backbone in args.backbones]
-        results = dict(task=args.task, config=str(CONFIGS[args.task].relative_to(ROOT)), iters=args.iters,
+        results = dict(task=args.task, config=str(CONFIGS[args.task].relative_to(CHECKOUT)), iters=args.iters,
                        eval_every=args.eval_every, batch=args.batch, lr=args.lr, warmup=args.warmup,
                        images=args.images, size=args.size, head_channels=args.head_channels,
                        cfg_options=args.cfg_options,
-                       command=' '.join(['python', 'tools/analysis/dense_fit.py', *(argv or sys.argv[1:])]), runs=runs)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.with_suffix('.json').write_text(json.dumps(results, indent=1))
+                       command=shlex.join(['python3', 'tools/analysis/study.py', *args.argv]), runs=runs)
+    write_json(out.with_suffix('.json'), results)
     plot(results, args.task, out.with_suffix('.png'))
     print(f'wrote {out.with_suffix(".json")} and {out.with_suffix(".png")}')
     return 0
-
-
-if __name__ == '__main__':
-    sys.exit(run_tool(main))

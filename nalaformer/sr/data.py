@@ -12,7 +12,8 @@ Testing (``data_root`` holds ``benchmark/``; every set folder present is evaluat
 
 An LR image is its HR partner shrunk by the scale: LR size = HR size // scale (the HR image is cut to
 LR size x scale, as benchmark HR images need not be multiples of every scale). Files are paired and their
-sizes checked when the dataset is built; a problem raises :class:`SRDataError` naming the file.
+sizes checked when the dataset is built; a problem raises :class:`SRDataError` (or the image layer's
+:class:`~nalaformer.images.ImageError`) naming the file.
 ``tools/dataset_converters/bicubic_downsample.py`` writes missing LR folders.
 """
 from pathlib import Path
@@ -21,52 +22,18 @@ from typing import List, Optional, Sequence, Tuple
 import numpy as np
 import torch
 from mmengine.registry import DATASETS
-from PIL import Image, UnidentifiedImageError
 
 from ..errors import DatasetError
+from ..images import image_files, image_size, read_image
 
-IMAGE_EXTENSIONS = ('.png', '.bmp', '.jpg', '.jpeg', '.tif', '.tiff', '.webp', '.ppm')
 # How an LR file is named after its HR partner's stem: DIV2K and most benchmarks, then Manga109's packs.
 LR_NAMES = ('{}x{scale}', '{}_LRBI_x{scale}')
 BENCHMARK_LAYOUT = '<data_root>/benchmark/<Set>/HR/*.png + <data_root>/benchmark/<Set>/LR_bicubic/X{s}/*x{s}.png'
-# 8-bit modes PIL converts to RGB without loss of range; 16-bit / float modes would be clipped silently.
-_EIGHT_BIT_MODES = ('1', 'L', 'P', 'RGB', 'RGBA', 'LA', 'CMYK', 'YCbCr')
 _CONVERT_HINT = 'python3 tools/dataset_converters/bicubic_downsample.py HR_DIR LR_DIR --scales S'
 
 
 class SRDataError(DatasetError):
-    """A super-resolution dataset whose files do not pair up, cannot be read or have the wrong sizes."""
-
-
-def image_files(folder: Path) -> List[Path]:
-    """The images in ``folder`` (not recursive), sorted; an error naming the folder when it has none."""
-    if not folder.is_dir():
-        raise SRDataError(f'folder {folder} does not exist')
-    files = sorted(p for p in folder.iterdir() if p.suffix.lower() in IMAGE_EXTENSIONS and p.is_file())
-    if not files:
-        raise SRDataError(f'folder {folder} holds no images ({", ".join(IMAGE_EXTENSIONS)})')
-    return files
-
-
-def image_size(path: Path) -> Tuple[int, int]:
-    """(width, height) from the file's header; an error naming the file when it is not an image."""
-    try:
-        with Image.open(path) as image:
-            return image.size
-    except (OSError, UnidentifiedImageError) as e:
-        raise SRDataError(f'cannot read image {path}: {e}. Replace or remove the file.') from None
-
-
-def read_image(path: Path) -> np.ndarray:
-    """(H, W, 3) uint8 RGB (greyscale and palette images converted); an error naming the file otherwise."""
-    try:
-        with Image.open(path) as image:
-            if image.mode not in _EIGHT_BIT_MODES:
-                raise SRDataError(f'{path} is a {image.mode} image (16-bit or float); SR datasets hold 8-bit '
-                                  f'images: convert it to 8-bit RGB')
-            return np.asarray(image.convert('RGB'))
-    except (OSError, UnidentifiedImageError, SyntaxError) as e:
-        raise SRDataError(f'cannot read image {path}: {e}. Replace or remove the file.') from None
+    """A super-resolution dataset whose files do not pair up or have the wrong sizes."""
 
 
 def paired_files(hr_dir: Path, lr_dir: Path, scale: int) -> List[Tuple[Path, Path]]:

@@ -7,7 +7,8 @@ import torch
 from mmengine.model import BaseModel
 from mmengine.registry import MODELS
 
-from .model_spec import TimmModelSpec, check_model_name
+from ..engine.model_spec import TimmModelSpec, check_model_name
+from ..images import to_uint8
 
 
 @MODELS.register_module()
@@ -59,7 +60,7 @@ class SRModel(BaseModel):
         if mode == 'tensor':
             return sr
         if mode == 'predict':
-            pred = (sr.clamp(0, 1) * 255).round().to(torch.uint8).cpu()
+            pred = torch.from_numpy(to_uint8(sr.detach().float().cpu().numpy()))
             names = {k: v for k, v in data_samples.items() if k in ('name', 'set')}
             return [dict(pred=pred[i], gt=data_samples['gt'][i].cpu(), lr=inputs[i].cpu(),
                          **{k: v[i] for k, v in names.items()}) for i in range(len(pred))]

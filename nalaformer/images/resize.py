@@ -25,6 +25,8 @@ import math
 
 import numpy as np
 
+from .io import to_uint8
+
 __all__ = ['imresize', 'cubic']
 
 
@@ -53,15 +55,15 @@ def contributions(in_length: int, out_length: int, scale: float):
     return weights[:, used], indices[:, used]
 
 
-def _resize_axis(image: np.ndarray, axis: int, out_length: int, scale: float, to_uint8: bool) -> np.ndarray:
+def _resize_axis(image: np.ndarray, axis: int, out_length: int, scale: float, rounded: bool) -> np.ndarray:
     weights, indices = contributions(image.shape[axis], out_length, scale)
     moved = np.moveaxis(image, axis, 0)
     out = np.zeros((out_length,) + moved.shape[1:], dtype=np.float64)
     extra = (slice(None),) + (None,) * (moved.ndim - 1)
     for tap in range(weights.shape[1]):
         out += weights[:, tap][extra] * moved[indices[:, tap]]
-    if to_uint8:
-        out = np.floor(np.clip(out, 0, 255) + 0.5).astype(np.uint8)
+    if rounded:
+        out = to_uint8(out, peak=255)
     return np.moveaxis(out, 0, axis)
 
 
@@ -85,10 +87,10 @@ def imresize(image: np.ndarray, scale: float) -> np.ndarray:
         raise ValueError(f'imresize expects an (H, W) or (H, W, C) image, got shape {image.shape}')
     if not scale > 0:
         raise ValueError(f'imresize scale must be positive, got {scale}')
-    to_uint8 = image.dtype == np.uint8
-    if not (to_uint8 or np.issubdtype(image.dtype, np.floating)):
+    rounded = image.dtype == np.uint8
+    if not (rounded or np.issubdtype(image.dtype, np.floating)):
         raise TypeError(f'imresize expects a uint8 or float image, got {image.dtype}')
-    out = image.astype(np.float64) if not to_uint8 else image
+    out = image if rounded else image.astype(np.float64)
     for axis in (0, 1):
-        out = _resize_axis(out, axis, output_size(image.shape[axis], scale), scale, to_uint8)
-    return out if to_uint8 else out.astype(image.dtype)
+        out = _resize_axis(out, axis, output_size(image.shape[axis], scale), scale, rounded)
+    return out if rounded else out.astype(image.dtype)

@@ -1,0 +1,234 @@
+"""Throughput, latency and peak memory of several models at several input sizes, side by side, on CPU or CUDA.
+
+The models of a size are timed alternating; ratios to a baseline model. Peak memory in a fresh process per (model,
+size), weights and optimizer state included; ``extra_mb`` above the built model, optimizer and input. ``fused:<spec>``
+/ ``reference:<spec>`` run on that NaLa backend, ``release:<spec>`` the authors' model with our weights. Examples::
+
+    python3 tools/analysis/benchmark.py model --sizes 224 448 896 --batch-sizes 8 4 1
+    python3 tools/analysis/benchmark.py model --device cuda --amp bf16 --mode train --sizes 224 --batch-sizes 64 \\
+        --models nalaformer_t fused:nalaformer_t
+"""
+import argparse
+import math
+from pathlib import Path
+from typing import Dict, List, Optional, Tuple
+
+import torch
+import torch.nn.functional as F
+
+from ...errors import ConfigError
+from ...ops import nala_backend
+from ..grids import parse_size
+from ..memory import add_worker_memory, free_memory, malloc_setting, memory_env, tune_malloc, worker_memory
+from ..models import ModelSpec, create_model, parse_entry
+from ..plots import panels, save_figure
+from ..release import load_release, release_model
+from ..results import add_ratios, format_optional, markdown_table, write_report
+from ..steps import ModelStep, backend_context, loss_summary
+from ..timing import time_steps
+from .common import (
+    add_amp_arg, add_device_arg, add_keep_going_arg, add_mmap_arg, add_timing_args, check_device, finish_meta,
+    mmap_setting, start_meta,
+)
+
+DEFAULT_MODELS = (
+    'nalaformer_t', "nalaformer_t(attn_types='nala')", "nalaformer_t(attn_types='softmax')",
+    'swin_tiny_patch4_window7_224', 'convnext_tiny', 'deit_small_patch16_224',
+)
+
+
+def add_arguments(parser: argparse.ArgumentParser):
+    parser.add_argument('--models', nargs='+', default=list(DEFAULT_MODELS),
+                        help="timm names or specs such as \"nalaformer_t(attn_types='nala')\"; prefix "
+                             "'fused:', 'reference:' (NaLa backend) or 'release:' (see --release-file)")
+    parser.add_argument('--release-file', type=Path, default=None,
+                        help="the authors' NALA.py (outside this repository) for 'release:<spec>' models")
+    parser.add_argument('--baseline', default=None, help='model the ratios refer to (default: the first)')
+    parser.add_argument('--sizes', nargs='+', default=['224', '448', '896'], help='input sizes: 224 or HxW')
+    parser.add_argument('--batch-sizes', type=int, nargs='+', default=[1],
+                        help='one batch size for all sizes, or one per size')
+    parser.add_argument('--mode', choices=('infer', 'train'), default='infer',
+                        help='infer: forward under inference_mode; train: forward, backward, AdamW step')
+    add_device_arg(parser)
+    add_amp_arg(parser)
+    add_timing_args(parser, warmup=2, repeats=10)
+    parser.add_argument('--no-memory', action='store_true', help='skip the peak-memory subprocesses')
+    parser.add_argument('--no-malloc-tuning', action='store_true', help='time with glibc malloc defaults')
+    add_mmap_arg(parser)
+    add_keep_going_arg(parser)
+    parser.add_argument('--out-json', type=Path, default=Path('benchmark.json'))
+    parser.add_argument('--out-png', type=Path, default=Path('benchmark.png'))
+
+
+def make_step(spec: ModelSpec, size: Tuple[int, int], batch: int, mode: str, device: torch.device,
+              implementation: Optional[str] = None, release_file: Optional[Path] = None,
+              amp: str = 'none') -> ModelStep:
+    """Build ``spec`` for ``size`` (H, W) with a random (batch, 3, H, W) input; return one iteration.
+
+    ``implementation``: None (as built), 'fused' / 'reference' (our model on that NaLa backend) or 'release'.
+    Training: cross-entropy on random labels, AdamW.
+    """
+    torch.manual_seed(0)
+    model = create_model(spec, img_size=size)
+    if implementation == 'release':
+        model = release_model(model, release_file)
+    model = model.to(device)
+    x = torch.randn(batch, 3, *size, device=device)
+    context = backend_context(implementation if implementation != 'release' else None)
+    if mode == 'infer':
+        return ModelStep(model, x, mode, device, amp, context=context)
+    target = torch.randint(0, model.num_classes, (batch,), device=device)
+    return ModelStep(model, x, mode, device, amp, F.cross_entropy, target,
+                     torch.optim.AdamW(model.parameters(), lr=1e-4), context)
+
+
+def memory_worker(job: Dict) -> Dict:
+    """In a fresh process: peak memory (MiB) of two iterations of one model at one size, ``extra_mb`` above the
+    built model, its optimizer and input; on CUDA after an uncounted first call (library workspaces)."""
+    device = torch.device(job['device'])
+    if job['threads']:
+        torch.set_num_threads(job['threads'])
+    spec, implementation = parse_entry(job['spec'])
+    return worker_memory(lambda: make_step(spec, tuple(job['size']), job['batch'], job['mode'], device,
+                                           implementation, job['release_file'], job['amp']),
+                         device, warmup=1 if device.type == 'cuda' else 0, extra_since='build')
+
+
+def growth(results: List[Dict]) -> Dict[str, List[Dict]]:
+    """Per model, between consecutive sizes: factor of per-image latency and of peak memory per 4x pixels."""
+    table = {}
+    for model in dict.fromkeys(r['model'] for r in results):
+        rows = [r for r in results if r['model'] == model and r.get('median_ms') is not None]
+        steps = []
+        for a, b in zip(rows, rows[1:]):
+            pixels = (b['size'][0] * b['size'][1]) / (a['size'][0] * a['size'][1])
+            if pixels == 1:
+                continue
+            exponent = math.log(4) / math.log(pixels)
+            latency = (b['median_ms'] / b['batch']) / (a['median_ms'] / a['batch'])
+            memory = b['peak_mb'] / a['peak_mb'] if a.get('peak_mb') and b.get('peak_mb') else None
+            steps.append(dict(sizes=[a['size'], b['size']], batches=[a['batch'], b['batch']],
+                              latency_per_image_per_4x_pixels=latency ** exponent,
+                              peak_memory_per_4x_pixels=None if memory is None else memory ** exponent))
+        table[model] = steps
+    return table
+
+
+def run(args: argparse.Namespace) -> Dict:
+    device = check_device(args.device)
+    specs = [parse_entry(m) for m in args.models]
+    if any(implementation == 'release' for _, implementation in specs):
+        load_release(args.release_file)  # a missing or broken file is a user error now, not failed rows
+    labels = [s.label for s, _ in specs]
+    if len(set(labels)) != len(labels):
+        raise ConfigError(f'models are listed twice: {labels}')
+    baseline = args.baseline or labels[0]
+    if baseline not in labels:
+        raise ConfigError(f'--baseline {baseline!r} is not one of --models {labels}')
+    sizes = [parse_size(s) for s in args.sizes]
+    if len(args.batch_sizes) not in (1, len(sizes)) or min(args.batch_sizes) < 1:
+        raise ConfigError(f'--batch-sizes takes one positive value or one per size ({len(sizes)}), '
+                          f'got {args.batch_sizes}')
+    batches = args.batch_sizes * len(sizes) if len(args.batch_sizes) == 1 else args.batch_sizes
+    release_file = None if args.release_file is None else str(args.release_file)
+    meta = start_meta(device, args, mode=args.mode, amp=args.amp, baseline=baseline, release_file=release_file,
+                      nala_backend=nala_backend())
+    meta.update(
+        malloc_timing=malloc_setting(device.type == 'cpu' and not args.no_malloc_tuning and tune_malloc()),
+        memory=('torch.cuda.max_memory_allocated, iterations 2-3' if device.type == 'cuda' else
+                'peak RSS (VmHWM) above the post-import baseline, fresh process, '
+                + mmap_setting(args.memory_mmap_threshold)),
+        extra_memory=('max_memory_allocated - memory_allocated after the build' if device.type == 'cuda' else
+                      'VmHWM (reset by /proc/self/clear_refs after the build) - VmRSS after the build'))
+    results = []
+    for size, batch in zip(sizes, batches):
+        builders = {spec.label: (lambda spec=spec, implementation=implementation: make_step(
+            spec, size, batch, args.mode, device, implementation, args.release_file, args.amp))
+            for spec, implementation in specs}
+        timing = time_steps(builders, device, args.warmup, args.repeats, args.keep_going,
+                            f'{size[0]}x{size[1]} b{batch}')
+        for spec, _ in specs:
+            row = dict(model=spec.label, size=list(size), batch=batch, **timing.contention,
+                       **timing.row(spec.label, batch), peak_mb=None, extra_mb=None)
+            if row['status'] == 'ok':
+                row.update(loss_summary(timing.steps[spec.label].losses))
+            results.append(row)
+        del timing
+        free_memory(device)
+    if not args.no_memory:
+        add_worker_memory(
+            [r for r in results if r['status'] == 'ok'], memory_worker,
+            lambda row: dict(spec=row['model'], size=row['size'], batch=row['batch'], mode=args.mode,
+                             device=args.device, threads=args.threads, release_file=release_file, amp=args.amp),
+            memory_env(args.memory_mmap_threshold), args.keep_going,
+            lambda row: f"peak memory of {row['model']} at {row['size'][0]}x{row['size'][1]}", ('peak_mb', 'extra_mb'))
+    add_ratios(results, lambda r: r['model'] == baseline, lambda r: (tuple(r['size']), r['batch']),
+               dict(latency_ratio='median_ms', memory_ratio='peak_mb', extra_ratio='extra_mb'))
+    return dict(meta=finish_meta(meta), results=results, growth=growth(results))
+
+
+def table(report: Dict) -> str:
+    train, fmt = report['meta']['mode'] == 'train', format_optional
+    header = ['model', 'size', 'batch', 'latency ms, median (IQR)', 'img/s', f"x {report['meta']['baseline']} latency",
+              'peak MB', 'x memory', 'extra MB', 'x extra'] + (['final loss', 'finite'] if train else [])
+    rows = []
+    for r in report['results']:
+        cells = [r['model'], f"{r['size'][0]}x{r['size'][1]}", str(r['batch'])]
+        if r['status'] != 'ok':
+            rows.append(cells + [f"{r['status']}: {r['error']}"] + [''] * (len(header) - 4))
+            continue
+        cells += [f"{r['median_ms']:.1f} ({r['q1_ms']:.1f}-{r['q3_ms']:.1f})", fmt(r.get('throughput'), '.1f'),
+                  fmt(r['latency_ratio'], '.2f'), fmt(r['peak_mb'], '.0f'), fmt(r['memory_ratio'], '.2f'),
+                  fmt(r.get('extra_mb'), '.0f'), fmt(r.get('extra_ratio'), '.2f')]
+        if train:
+            finite = r.get('losses_finite')
+            cells += [fmt(r.get('final_loss'), '.4f'), 'n/a' if finite is None else 'yes' if finite else 'NO']
+        rows.append(cells)
+    return markdown_table(header, rows)
+
+
+def plot(report: Dict, out: Path):
+    """Per-image latency and peak memory against pixels per image, log-log, with slope-1 and slope-2 guides."""
+    fig, axes = panels(1, 2, 6, 4.6)
+    values = ((lambda r: None if r['median_ms'] is None else r['median_ms'] / r['batch'], 'latency per image (ms)'),
+              (lambda r: r['peak_mb'], 'peak memory (MB)'))
+    results = report['results']
+    models = list(dict.fromkeys(r['model'] for r in results))
+    sizes = {r['size'][0] * r['size'][1] / 1e6: r['size'] for r in results}  # megapixels -> (H, W)
+    largest = max(sizes)
+    for ax, (value, ylabel) in zip(axes[0], values):
+        points = {m: [(r['size'][0] * r['size'][1] / 1e6, value(r)) for r in results
+                      if r['model'] == m and value(r) is not None] for m in models}
+        for model, xy in points.items():
+            if xy:
+                ax.plot(*zip(*xy), marker='o', label=model)
+        anchor = next((xy[0] for xy in points.values() if xy), None)  # guides start at the first model's first point
+        if anchor and largest > anchor[0]:
+            for slope, style in ((1, ':'), (2, '--')):
+                ax.plot([anchor[0], largest], [anchor[1], anchor[1] * (largest / anchor[0]) ** slope],
+                        color='gray', ls=style, lw=1, label=f'∝ pixels^{slope}')
+        ax.set(xscale='log', yscale='log', xlabel='input size (log pixels per image)', ylabel=ylabel)
+        ax.set_xticks(list(sizes), [f'{h}x{w}' for h, w in sizes.values()], minor=False)
+        ax.set_xticks([], minor=True)
+        ax.grid(True, which='both', alpha=0.3)
+    axes[0][0].legend(fontsize=7)
+    meta = report['meta']
+    others = [r['other_busy_cores'] for r in results if r.get('other_busy_cores') is not None]
+    fig.suptitle(f"{meta['mode']} on {meta['device_name']}, {meta['threads']} thread(s), batch "
+                 f"{sorted({r['batch'] for r in results})}, median of {meta['repeats']}; load {meta['load_at_start']} "
+                 f"-> {meta['load_at_end']}" + (f'; other processes busy: up to {max(others):.2f} cores' if others
+                                                 else ''), fontsize=9)
+    save_figure(fig, out, rect=(0, 0, 1, 0.94))
+
+
+def main(args: argparse.Namespace) -> int:
+    report = run(args)
+    written = write_report(report, args.out_json, plot, args.out_png)
+    print(table(report))
+    for model, steps in report['growth'].items():
+        for g in steps:
+            print(f"{model}: {g['sizes'][0]} -> {g['sizes'][1]}: per 4x pixels, latency/image x"
+                  f"{g['latency_per_image_per_4x_pixels']:.2f}, memory x"
+                  f"{format_optional(g['peak_memory_per_4x_pixels'], '.2f')}")
+    print(written)
+    return 0
