@@ -1,9 +1,12 @@
-"""Command-line plumbing of the attention tools in ``tools/analysis``: the options choosing a model, its weights,
-the images and one attention block, and that block's queries and keys. (Every analysis tool runs its ``main``
-through :func:`nalaformer.errors.run_tool`: the project's own errors print one line and exit 2.)"""
+"""Command-line plumbing of ``tools/analysis``: commands made of subcommands; for the attention tools, the options
+choosing a model, its weights, the images and one attention block, and that block's queries and keys. (Every
+analysis tool runs its ``main`` through :func:`nalaformer.errors.run_tool`: the project's own errors print one line
+and exit 2.)"""
 import argparse
+import sys
 from pathlib import Path
-from typing import List, Tuple
+from types import ModuleType
+from typing import Dict, List, Optional, Sequence, Tuple
 
 import torch
 
@@ -14,7 +17,22 @@ from .grids import parse_size
 from .images import default_image_paths, load_images
 from .models import create_model, parse_model_spec
 
-__all__ = ['add_block_args', 'block_qk']
+__all__ = ['parse_subcommand', 'add_block_args', 'block_qk']
+
+
+def parse_subcommand(description: str, commands: Dict[str, ModuleType],
+                     argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
+    """Parse ``argv`` for a command with one subcommand per module of ``commands`` (each has ``add_arguments(parser)``
+    and ``main(args)``; its docstring is the help): ``args.command`` names the chosen one, ``args.argv`` is the
+    command line as given."""
+    parser = argparse.ArgumentParser(description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
+    subparsers = parser.add_subparsers(dest='command', required=True)
+    for name, module in commands.items():
+        module.add_arguments(subparsers.add_parser(name, help=module.__doc__.split('\n')[0], description=module.__doc__,
+                                                   formatter_class=argparse.RawDescriptionHelpFormatter))
+    args = parser.parse_args(argv)
+    args.argv = list(sys.argv[1:] if argv is None else argv)
+    return args
 
 
 def add_block_args(parser: argparse.ArgumentParser):

@@ -7,20 +7,14 @@ import sys
 from typing import Optional, Sequence
 
 from nalaformer.analysis.benchmarks import contention, kernels, model, op, segmentor, sr
+from nalaformer.analysis.cli import parse_subcommand
 from nalaformer.errors import run_tool
 
 COMMANDS = dict(model=model, op=op, kernels=kernels, sr=sr, segmentor=segmentor, contention=contention)
 
 
 def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    commands = parser.add_subparsers(dest='command', required=True)
-    for name, module in COMMANDS.items():
-        module.add_arguments(commands.add_parser(name, help=module.__doc__.split('\n')[0], description=module.__doc__,
-                                                 formatter_class=argparse.RawDescriptionHelpFormatter))
-    args = parser.parse_args(argv)
-    args.argv = list(sys.argv[1:] if argv is None else argv)
-    return args
+    return parse_subcommand(__doc__, COMMANDS, argv)
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:

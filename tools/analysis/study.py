@@ -8,6 +8,7 @@ import argparse
 import sys
 from typing import Optional, Sequence
 
+from nalaformer.analysis.cli import parse_subcommand
 from nalaformer.analysis.studies import classification, dense, sr
 from nalaformer.errors import run_tool
 
@@ -15,19 +16,12 @@ TASKS = dict(classification=classification, sr=sr, dense=dense)
 
 
 def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    tasks = parser.add_subparsers(dest='study', required=True)
-    for name, module in TASKS.items():
-        module.add_arguments(tasks.add_parser(name, help=module.__doc__.split('\n')[0], description=module.__doc__,
-                                              formatter_class=argparse.RawDescriptionHelpFormatter))
-    args = parser.parse_args(argv)
-    args.argv = list(sys.argv[1:] if argv is None else argv)
-    return args
+    return parse_subcommand(__doc__, TASKS, argv)
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     args = parse_args(argv)
-    return TASKS[args.study].main(args)
+    return TASKS[args.command].main(args)
 
 
 if __name__ == '__main__':
