@@ -1,7 +1,6 @@
-"""Command-line plumbing of ``tools/analysis``: commands made of subcommands; for the attention tools, the options
-choosing a model, its weights, the images and one attention block, and that block's queries and keys. (Every
-analysis tool runs its ``main`` through :func:`nalaformer.errors.run_tool`: the project's own errors print one line
-and exit 2.)"""
+"""Command-line plumbing of ``tools/analysis``: commands made of subcommands, and the attention tools' parser (model,
+weights, images, one attention block, kernels) and that block's q, k. Each tool runs its ``main`` through
+:func:`nalaformer.errors.run_tool`: the project's own errors print one line and exit 2."""
 import argparse
 import sys
 from pathlib import Path
@@ -12,12 +11,12 @@ import torch
 
 from ..errors import ConfigError
 from ..threads import apply_threads
-from .entropy import capture_qk
+from .entropy import ATTN_TYPES, capture_qk
 from .grids import parse_size
 from .images import default_image_paths, load_images
 from .models import create_model, parse_model_spec
 
-__all__ = ['parse_subcommand', 'add_block_args', 'block_qk']
+__all__ = ['parse_subcommand', 'block_parser', 'block_qk']
 
 
 def parse_subcommand(description: str, commands: Dict[str, ModuleType],
@@ -35,8 +34,10 @@ def parse_subcommand(description: str, commands: Dict[str, ModuleType],
     return args
 
 
-def add_block_args(parser: argparse.ArgumentParser):
-    """Options choosing a model, its weights, the images and one attention block."""
+def block_parser(doc: str, out: str) -> argparse.ArgumentParser:
+    """An attention tool's parser, described by the first line of ``doc``: the options choosing a model, its weights,
+    the images, one attention block and the kernels, and ``--out`` (the figure, default ``out``)."""
+    parser = argparse.ArgumentParser(description=doc.split('\n')[0])
     parser.add_argument('--model', default='nalaformer_t',
                         help="timm name or spec, e.g. \"nalaformer_t(attn_types='nala')\" (NaLaFormer layout)")
     parser.add_argument('--checkpoint', default=None, help='weights file (default: random init, seeded)')
@@ -48,13 +49,15 @@ def add_block_args(parser: argparse.ArgumentParser):
     parser.add_argument('--seed', type=int, default=0, help='seed of the random init')
     parser.add_argument('--threads', type=int, default=None,
                         help='CPU threads (default: the cores other processes leave free; OMP_NUM_THREADS wins)')
+    parser.add_argument('--attn-types', nargs='+', default=['softmax', 'relu', 'nala'], choices=ATTN_TYPES)
+    parser.add_argument('--out', type=Path, default=Path(out))
+    return parser
 
 
 def block_qk(args: argparse.Namespace) -> Tuple[torch.Tensor, torch.Tensor, Tuple[int, int], torch.Tensor, List[str]]:
-    """q, k (B, heads, N, d) in float64 of the chosen block on the images, the token grid (H, W),
-    the images' pixels (B, H_img, W_img, 3) in [0, 1] and their paths."""
-    spec = parse_model_spec(args.model)
-    size = parse_size(args.size)
+    """q, k (B, heads, N, d) in float64 of the chosen block on the images, the token grid (H, W), the images' pixels
+    (B, H_img, W_img, 3) in [0, 1] and their paths."""
+    spec, size = parse_model_spec(args.model), parse_size(args.size)
     paths = [Path(p) for p in (args.images or default_image_paths())]
     missing = [str(p) for p in paths if not p.is_file()]
     if missing:

@@ -9,13 +9,11 @@ __all__ = ['parse_size', 'token_grid']
 
 def parse_size(text: str) -> Tuple[int, int]:
     """'224' -> (224, 224); '448x672' -> (448, 672) as (H, W)."""
-    parts = text.lower().split('x')
     try:
-        size = tuple(int(p) for p in parts)
+        size = tuple(int(side) for side in text.lower().split('x'))
     except ValueError:
         size = ()
-    if len(size) == 1:
-        size = size * 2
+    size = size * 2 if len(size) == 1 else size
     if len(size) != 2 or min(size) <= 0:
         raise ConfigError(f'bad image size {text!r}: give a positive side (224) or HxW (448x672)')
     return size

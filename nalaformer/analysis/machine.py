@@ -1,15 +1,13 @@
-"""The machine a measurement runs on: its name and peak memory bandwidth, its load, the cores other processes
-keep busy during a measurement, a deliberately busy process, and the child processes a benchmark starts (their
-environment and, when they fail, an error that carries their output)."""
+"""The machine a measurement runs on: its name, peak memory bandwidth and load, the cores other processes keep busy
+during a measurement, a deliberately busy process, and child processes (their environment, their failures)."""
 import contextlib
 import os
 import platform
-import resource
 import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Dict, Iterable, Iterator, List, Optional
+from typing import Collection, Dict, Iterator, List, Optional
 
 import torch
 
@@ -24,8 +22,7 @@ CONTENTION_CORES = 0.25
 PEAK_BANDWIDTH_GBPS = (
     ('H200', 4800.0), ('H100 PCIe', 2000.0), ('H100', 3350.0), ('A100-SXM4-80GB', 2039.0),
     ('A100 80GB PCIe', 1935.0), ('A100', 1555.0), ('L40S', 864.0), ('A10G', 600.0), ('L4', 300.0),
-    ('RTX 4090', 1008.0), ('RTX 3090', 936.0), ('V100', 900.0), ('T4', 320.0),
-)
+    ('RTX 4090', 1008.0), ('RTX 3090', 936.0), ('V100', 900.0), ('T4', 320.0))
 
 
 def device_name(device: torch.device) -> str:
@@ -41,9 +38,7 @@ def device_name(device: torch.device) -> str:
 
 def peak_bandwidth(device: torch.device) -> Optional[float]:
     """The GPU's peak DRAM bandwidth in GB/s; None on CPU and for GPUs not in :data:`PEAK_BANDWIDTH_GBPS`."""
-    if device.type != 'cuda':
-        return None
-    name = torch.cuda.get_device_name(device)
+    name = torch.cuda.get_device_name(device) if device.type == 'cuda' else ''
     return next((gbps for key, gbps in PEAK_BANDWIDTH_GBPS if key in name), None)
 
 
@@ -53,17 +48,17 @@ def load_average() -> List[float]:
 
 
 class Contention:
-    """Load averages around a block, and the cores other processes kept busy during it (Linux):
-    system busy time (steal included: another VM's use) minus this process's CPU time, per second."""
+    """Load averages around a block, and the cores other processes kept busy during it (Linux): system busy time
+    (steal included: another VM's use) minus this process's CPU time, per second."""
 
     def __enter__(self):
         self.load_before = load_average()
-        self.start = (time.perf_counter(), _system_busy_seconds(), _own_cpu_seconds())
+        self.start = (time.perf_counter(), _system_busy_seconds(), time.process_time())
         return self
 
     def __exit__(self, *exc):
         wall, busy, own = (b - a if a is not None and b is not None else None for a, b in
-                           zip(self.start, (time.perf_counter(), _system_busy_seconds(), _own_cpu_seconds())))
+                           zip(self.start, (time.perf_counter(), _system_busy_seconds(), time.process_time())))
         self.load_after = load_average()
         self.other_busy_cores = None if busy is None else max(0.0, (busy - own) / wall)
         return False
@@ -80,18 +75,13 @@ class Contention:
 
 
 def _system_busy_seconds() -> Optional[float]:
+    """CPU seconds all cores spent busy since boot (/proc/stat: user, nice, system, irq, softirq, steal)."""
     try:
         with open('/proc/stat') as f:
-            ticks = [int(v) for v in f.readline().split()[1:9]]
+            user, nice, system, _idle, _iowait, irq, softirq, steal = map(int, f.readline().split()[1:9])
     except OSError:
         return None
-    user, nice, system, _idle, _iowait, irq, softirq, steal = ticks
     return (user + nice + system + irq + softirq + steal) / os.sysconf('SC_CLK_TCK')
-
-
-def _own_cpu_seconds() -> float:
-    usage = resource.getrusage(resource.RUSAGE_SELF)
-    return usage.ru_utime + usage.ru_stime
 
 
 @contextlib.contextmanager
@@ -106,10 +96,9 @@ def busy_process(settle_s: float = 1.0) -> Iterator[None]:
         busy.wait()
 
 
-def child_environment(without: Iterable[str] = (), **settings: str) -> Dict[str, str]:
+def child_environment(without: Collection[str] = (), **settings: str) -> Dict[str, str]:
     """This process's environment for a child process, less the variables ``without``, plus ``settings``."""
-    dropped = set(without)
-    return {**{k: v for k, v in os.environ.items() if k not in dropped}, **settings}
+    return {**{k: v for k, v in os.environ.items() if k not in without}, **settings}
 
 
 class ProcessFailed(RuntimeError):

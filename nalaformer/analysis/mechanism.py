@@ -13,14 +13,16 @@ import torch.nn as nn
 
 from .entropy import attention_entropy, capture_kernel_qk, capture_qk, norm_sweep, pearson, spearman
 
-__all__ = ['STUDY_ATTN_TYPES', 'ABLATION_CHAIN', 'entropy_and_sweep', 'measure_qk', 'spread', 'measure_stages', 'measure_global_slots', 'summarise',
-           'compare', 'format_mean_std', 'sweep_norms', 'verdict']
+__all__ = ['STUDY_ATTN_TYPES', 'ABLATION_CHAIN', 'TIE_RULE', 'entropy_and_sweep', 'measure_qk', 'spread',
+           'measure_stages', 'measure_global_slots', 'summarise', 'summarise_kernels', 'compare', 'format_mean_std',
+           'sweep_norms', 'verdict']
 
 # The issue's kernels, in the paper's order: softmax, the kernel linear attentions that lose the norm,
 # then the ablation ReLU split + constant power -> + cosine inhibit -> + norm-aware power (NaLa).
 STUDY_ATTN_TYPES = ('softmax', 'relu', 'elu', 'const_power', 'nala_cos', 'nala')
 # The paper's ablation (ImageNet top-1): const_power 82.1 < nala_cos 82.5 < nala 82.9.
 ABLATION_CHAIN = ('const_power', 'nala_cos', 'nala')
+TIE_RULE = 'tie when |mean a - mean b| < max(std a, std b)'
 
 
 def sweep_norms(low: float = 0.03, high: float = 30.0, steps: int = 13) -> torch.Tensor:
@@ -43,7 +45,8 @@ def entropy_and_sweep(q: torch.Tensor, k: torch.Tensor, attn_type: str, norms: t
     """Each query's attention entropy under ``attn_type`` (B, heads, N), and the norm sweep (S, queries) of about
     ``sweep_queries`` query directions per head (every ``N // sweep_queries``-th query)."""
     stride = max(1, q.shape[-2] // sweep_queries)
-    return attention_entropy(attn_type, q, k, chunk), norm_sweep(attn_type, q[..., ::stride, :], k, norms, chunk).flatten(1)
+    sweep = norm_sweep(attn_type, q[..., ::stride, :], k, norms, chunk).flatten(1)
+    return attention_entropy(attn_type, q, k, chunk), sweep
 
 
 @torch.no_grad()
@@ -66,21 +69,24 @@ def measure_qk(q: torch.Tensor, k: torch.Tensor, attn_type: str, norms: torch.Te
     )
 
 
+def _measured_row(q: torch.Tensor, k: torch.Tensor, attn_type: str, norms: torch.Tensor, sweep_queries: int,
+                  chunk: int, **fields) -> Dict:
+    """``fields``, the shape of q (B, heads, N, d), and with N > 1 :func:`measure_qk` (one token: entropy 0
+    whatever the kernel, so no statistics)."""
+    n = q.shape[-2]
+    row = dict(**fields, tokens=n, heads=q.shape[1], head_dim=q.shape[-1], log_n=math.log(n))
+    return {**row, **measure_qk(q, k, attn_type, norms, sweep_queries, chunk)} if n > 1 else row
+
+
 @torch.no_grad()
 def measure_stages(model: nn.Module, images: torch.Tensor, attn_type: str, norms: torch.Tensor,
                    sweep_queries: int = 64, chunk: int = 1024, block: int = 0) -> List[Dict]:
-    """Entropy/norm statistics of ``attn_type`` on the trained q, k of block ``block`` of every stage.
-
-    Stages with one token (entropy 0 whatever the kernel) are reported with ``tokens`` and no statistics.
-    """
+    """:func:`measure_qk` of ``attn_type`` on the trained q, k of block ``block`` of every stage (one row each;
+    a one-token stage has ``tokens`` and no statistics)."""
     out = []
     for stage in range(len(model.layers)):
         q, k, grid = capture_qk(model, images, stage, block)
-        n = q.shape[-2]
-        row = dict(stage=stage, grid=list(grid), tokens=n, heads=q.shape[1], head_dim=q.shape[-1], log_n=math.log(n))
-        if n > 1:
-            row.update(measure_qk(q, k, attn_type, norms, sweep_queries, chunk))
-        out.append(row)
+        out.append(_measured_row(q, k, attn_type, norms, sweep_queries, chunk, stage=stage, grid=list(grid)))
     return out
 
 
@@ -96,10 +102,7 @@ def measure_global_slots(model: nn.Module, images: torch.Tensor, attn_type: str,
         if slot is None:
             raise ValueError(f'group {group} of the network has no global attention (attn_types "none")')
         q, k = capture_kernel_qk(model, slot.attn.kernel, images)
-        n = q.shape[-2]
-        row = dict(stage=group, tokens=n, heads=q.shape[1], head_dim=q.shape[-1], log_n=math.log(n))
-        row.update(measure_qk(q, k, attn_type, norms, sweep_queries, chunk))
-        out.append(row)
+        out.append(_measured_row(q, k, attn_type, norms, sweep_queries, chunk, stage=group))
     return out
 
 
@@ -113,10 +116,10 @@ def _mean_std(values: Sequence[float]) -> Dict:
 
 
 def summarise(runs: Iterable[Dict], metrics: Sequence[str] = ('top1',)) -> Dict:
-    """Mean ± sample std over the seeds of one (kernel, conv mixers) cell.
+    """Mean ± sample std over the seeds of one cell (e.g. one kernel and conv-mixer setting).
 
     ``runs``: per-run results with ``seed``, ``seconds``, each of ``metrics`` and ``stages`` (rows as
-    :func:`measure_stages` returns: a ``stage`` index or any other label, ``tokens``, the statistics).
+    :func:`measure_stages` returns: ``tokens`` and, where measured, the statistics).
     """
     runs = list(runs)
     stages = []
@@ -130,6 +133,14 @@ def summarise(runs: Iterable[Dict], metrics: Sequence[str] = ('top1',)) -> Dict:
         stages.append(row)
     return dict(seeds=sorted(r['seed'] for r in runs), seconds=_mean_std([r['seconds'] for r in runs]),
                 stages=stages, **{metric: _mean_std([r[metric] for r in runs]) for metric in metrics})
+
+
+def summarise_kernels(runs: Sequence[Dict], attn_types: Sequence[str], metrics: Sequence[str], **match) -> Dict:
+    """{attn_type: :func:`summarise` of its runs} over the runs whose fields equal ``match`` (kernels without runs
+    left out)."""
+    chosen = {a: [r for r in runs if r['kernel'] == a and all(r[k] == v for k, v in match.items())]
+              for a in attn_types}
+    return {a: summarise(rows, metrics) for a, rows in chosen.items() if rows}
 
 
 def compare(a: Dict, b: Dict) -> str:
@@ -152,7 +163,5 @@ def format_mean_std(stat: Optional[Dict], digits: int = 2, signed: bool = False)
     """A statistic of :func:`summarise` as 'mean ± std' ('mean (1 seed)' for one seed, '–' for no value)."""
     if not stat or stat.get('mean') is None:
         return '–'
-    sign = '+' if signed else ''
-    if stat['n'] < 2:
-        return f"{stat['mean']:{sign}.{digits}f} (1 seed)"
-    return f"{stat['mean']:{sign}.{digits}f} ± {stat['std']:.{digits}f}"
+    mean = f"{stat['mean']:{'+' if signed else ''}.{digits}f}"
+    return f'{mean} (1 seed)' if stat['n'] < 2 else f"{mean} ± {stat['std']:.{digits}f}"

@@ -19,9 +19,9 @@ from .machine import ProcessFailed, child_environment
 from .results import Failure, attempt
 from .timing import synchronize
 
-__all__ = ['MIB', 'add_worker_memory', 'available_memory_mb', 'call_peak_mb',
-           'free_memory', 'iteration_memory_mb', 'malloc_setting', 'memory_env', 'peak_rss_mb', 'reset_peak_rss',
-           'rss_mb', 'run_memory_worker', 'tune_malloc', 'worker_memory']
+__all__ = ['MIB', 'add_worker_memory', 'available_memory_mb', 'call_peak_mb', 'free_memory', 'iteration_memory_mb',
+           'malloc_setting', 'memory_env', 'peak_rss_mb', 'reset_peak_rss', 'run_memory_worker', 'tune_malloc',
+           'worker_memory']
 
 MIB = 2 ** 20
 MALLOC_VARIABLES = ('MALLOC_MMAP_MAX_', 'MALLOC_TRIM_THRESHOLD_', 'MALLOC_MMAP_THRESHOLD_')
@@ -42,11 +42,6 @@ def peak_rss_mb() -> float:
     # large timing process would start at the parent's peak.
     peak = _proc_mb('/proc/self/status', 'VmHWM')
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024 if peak is None else peak
-
-
-def rss_mb() -> Optional[float]:
-    """Current resident memory (VmRSS, MiB); None where /proc does not say."""
-    return _proc_mb('/proc/self/status', 'VmRSS')
 
 
 def reset_peak_rss() -> bool:
@@ -73,14 +68,7 @@ def free_memory(device: torch.device):
 
 def call_peak_mb(call: Callable[[], object], device: torch.device) -> Optional[float]:
     """CUDA memory at the peak of one ``call()`` beyond what was allocated before it (MiB); None on CPU."""
-    if device.type != 'cuda':
-        return None
-    synchronize(device)
-    torch.cuda.reset_peak_memory_stats(device)
-    before = torch.cuda.memory_allocated(device)
-    call()
-    synchronize(device)
-    return (torch.cuda.max_memory_allocated(device) - before) / MIB
+    return iteration_memory_mb(call, device, 0.0, warmup=0, iterations=1)['extra_mb'] if device.type == 'cuda' else None
 
 
 def iteration_memory_mb(step: Callable[[], None], device: torch.device, baseline_mb: float, warmup: int = 1,
@@ -90,28 +78,28 @@ def iteration_memory_mb(step: Callable[[], None], device: torch.device, baseline
     the warm-up (``extra_since='warmup'``) or before it (``'build'``); None where VmHWM cannot be reset."""
     if extra_since not in ('warmup', 'build'):
         raise ValueError(f"extra_since is 'warmup' or 'build', got {extra_since!r}")
+    cuda = device.type == 'cuda'
 
     def allocated() -> Optional[float]:
         synchronize(device)
         gc.collect()
-        return torch.cuda.memory_allocated(device) / MIB if device.type == 'cuda' else rss_mb()
+        return torch.cuda.memory_allocated(device) / MIB if cuda else _proc_mb('/proc/self/status', 'VmRSS')
 
-    built = allocated() if extra_since == 'build' else None
+    settled = allocated() if extra_since == 'build' else None
     for _ in range(warmup):
         step()
-    settled = allocated() if extra_since == 'warmup' else built
-    if device.type == 'cuda':
+    if extra_since == 'warmup':
+        settled = allocated()
+    if cuda:
         torch.cuda.reset_peak_memory_stats(device)
     elif not reset_peak_rss():
         settled = None
     for _ in range(iterations):
         step()
     synchronize(device)
-    if device.type == 'cuda':
-        peak = torch.cuda.max_memory_allocated(device) / MIB
-        return dict(peak_mb=peak, extra_mb=peak - settled)
-    peak = peak_rss_mb()
-    return dict(peak_mb=peak - baseline_mb, extra_mb=None if settled is None else peak - settled)
+    peak = torch.cuda.max_memory_allocated(device) / MIB if cuda else peak_rss_mb()
+    above = 0.0 if cuda else baseline_mb  # CUDA's counts this process's tensors only
+    return dict(peak_mb=peak - above, extra_mb=None if settled is None else peak - settled)
 
 
 def worker_memory(build: Callable[[], Callable[[], None]], device: torch.device,

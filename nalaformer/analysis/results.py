@@ -1,13 +1,12 @@
-"""A benchmark's result rows: a row that fails stops the run with its error, unless the run was asked to keep going
-(``--keep-going``), and then the row records the error; running out of memory is a result, not a failure. Also the
-ratios of rows to a baseline row, the formatting of optional figures and tables, and the writing of a report (JSON,
-atomically) and its figure."""
+"""A benchmark's result rows: a row that fails stops the run with its error, unless the run keeps going
+(``--keep-going``) and records the error; running out of memory is a result, not a failure. Also ratios to a baseline
+row, the formatting of optional figures and tables, and the writing of a report (JSON, atomically) and its figure."""
 import gc
 import json
 import os
 import sys
 import traceback
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable, Dict, Hashable, Iterable, List, Optional, Sequence, TypeVar, Union
 
@@ -23,13 +22,12 @@ T = TypeVar('T')
 
 @dataclass(frozen=True)
 class Failure:
-    """A row that did not give a result: ``status`` 'out of memory' or 'error', ``error`` the exception's first
-    line."""
+    """A row without a result: ``status`` 'out of memory' or 'error', ``error`` the exception's first line."""
     status: str
     error: str
 
     def as_row(self) -> Dict[str, str]:
-        return dict(status=self.status, error=self.error)
+        return asdict(self)
 
 
 def out_of_memory(error: BaseException) -> bool:
@@ -71,9 +69,9 @@ def add_ratios(rows: List[Dict], is_baseline: Callable[[Dict], bool], group: Cal
     baseline row of its group (None where either is missing or the baseline's is 0)."""
     baselines = {group(r): r for r in rows if is_baseline(r)}
     for row in rows:
-        base = baselines.get(group(row))
+        base = baselines.get(group(row), {})
         for ratio_key, value_key in ratios.items():
-            ok = base is not None and row.get(value_key) is not None and base.get(value_key)
+            ok = row.get(value_key) is not None and base.get(value_key)
             row[ratio_key] = row[value_key] / base[value_key] if ok else None
 
 

@@ -1,6 +1,5 @@
 """One iteration of a model, as the benchmarks time and measure it: a forward under inference_mode, or a training
-step (forward, loss, backward, optimizer step), under autocast for an AMP dtype (fp16 training with a GradScaler)
-and on a chosen NaLa backend; the losses of a run and their summary."""
+step, under autocast for an AMP dtype and on a chosen NaLa backend; the summary of a run's losses."""
 import contextlib
 import math
 from typing import Callable, ContextManager, Dict, List, Optional, Sequence
@@ -18,16 +17,13 @@ MODES = ('infer', 'train')
 
 def autocast(device: torch.device, amp: str) -> ContextManager:
     """``torch.autocast`` to the dtype of ``amp`` (a key of :data:`AMP_DTYPES`; 'none': disabled)."""
-    dtype = AMP_DTYPES[amp]
-    return torch.autocast(device.type, dtype=dtype, enabled=dtype is not None)
+    return torch.autocast(device.type, dtype=AMP_DTYPES[amp], enabled=AMP_DTYPES[amp] is not None)
 
 
 def backend_context(backend: Optional[str]) -> Callable[[], ContextManager]:
-    """A fresh context for each iteration: the NaLa backend ``backend`` ('torch', 'fused', 'reference'), or, for
-    None, whichever is current."""
-    if backend is None:
-        return contextlib.nullcontext
-    return lambda: use_nala_backend(backend)
+    """A fresh context per iteration: the NaLa backend ``backend`` ('torch', 'fused', 'reference'), or, for None,
+    whichever is current."""
+    return contextlib.nullcontext if backend is None else lambda: use_nala_backend(backend)
 
 
 class ModelStep:
@@ -39,10 +35,8 @@ class ModelStep:
                  loss_fn: Optional[Callable] = None, target: Optional[torch.Tensor] = None,
                  optimizer: Optional[torch.optim.Optimizer] = None,
                  context: Callable[[], ContextManager] = contextlib.nullcontext, grad_scaling: bool = True):
-        if mode not in MODES:
-            raise ValueError(f'mode is one of {MODES}, got {mode!r}')
-        if mode == 'train' and (loss_fn is None or target is None or optimizer is None):
-            raise ValueError('a training step needs loss_fn, target and optimizer')
+        if mode not in MODES or (mode == 'train' and any(x is None for x in (loss_fn, target, optimizer))):
+            raise ValueError(f'mode is one of {MODES}, got {mode!r}; training needs loss_fn, target and optimizer')
         self.model = model.train(mode == 'train')
         self.inputs, self.mode, self.device, self.amp = inputs, mode, device, amp
         self.loss_fn, self.target, self.optimizer, self.context = loss_fn, target, optimizer, context
@@ -65,8 +59,6 @@ class ModelStep:
 
 
 def loss_summary(losses: Sequence) -> Dict:
-    """The final loss of a run's iterations and whether all of them were finite; empty without losses (inference)."""
+    """The final loss of a run's iterations and whether all were finite; empty without losses (inference)."""
     values = [float(loss) for loss in losses]
-    if not values:
-        return {}
-    return dict(final_loss=values[-1], losses_finite=all(math.isfinite(v) for v in values))
+    return dict(final_loss=values[-1], losses_finite=all(map(math.isfinite, values))) if values else {}

@@ -8,7 +8,7 @@ workspaces, the allocator's rounding and caching (measured and counted agree wit
 import gc
 import weakref
 from dataclasses import dataclass
-from typing import Callable, Dict, Set
+from typing import Callable, Dict, List
 
 import torch
 from torch._library.custom_ops import _maybe_get_opdef
@@ -24,8 +24,8 @@ __all__ = ['LiveTensorMemory', 'TensorMemory', 'fake_memory']
 DECOMPOSED_NAMESPACES = ('nalaformer',)
 
 
-def _storages(tree) -> Set[int]:
-    return {id(t.untyped_storage()) for t in tree_leaves(tree) if isinstance(t, torch.Tensor)}
+def _tensors(tree) -> List[torch.Tensor]:
+    return [t for t in tree_leaves(tree) if isinstance(t, torch.Tensor)]
 
 
 class LiveTensorMemory(TorchDispatchMode):
@@ -37,8 +37,7 @@ class LiveTensorMemory(TorchDispatchMode):
 
     def __init__(self):
         super().__init__()
-        self.live_bytes = 0
-        self.peak_bytes = 0
+        self.live_bytes = self.peak_bytes = 0
         self._sizes: Dict[int, int] = {}
 
     def reset_peak(self):
@@ -46,16 +45,6 @@ class LiveTensorMemory(TorchDispatchMode):
 
     def _free(self, key: int):
         self.live_bytes -= self._sizes.pop(key)
-
-    def _count(self, tensor: torch.Tensor, inputs: Set[int]):
-        storage = tensor.untyped_storage()
-        key = id(storage)
-        if key in inputs or key in self._sizes:
-            return
-        self._sizes[key] = storage.nbytes()
-        self.live_bytes += self._sizes[key]
-        self.peak_bytes = max(self.peak_bytes, self.live_bytes)
-        weakref.finalize(storage, self._free, key)
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
@@ -65,11 +54,16 @@ class LiveTensorMemory(TorchDispatchMode):
                 out = opdef._init_fn(*args, **kwargs)
         else:
             out = func(*args, **kwargs)
-        tensors = [t for t in tree_leaves(out) if isinstance(t, torch.Tensor)]
+        tensors = _tensors(out)
         if tensors:  # (most calls are metadata queries such as prim.device: nothing to count)
-            inputs = _storages((args, kwargs))
-            for tensor in tensors:
-                self._count(tensor, inputs)
+            inputs = {id(t.untyped_storage()) for t in _tensors((args, kwargs))}
+            for storage in (t.untyped_storage() for t in tensors):
+                key = id(storage)
+                if key not in inputs and key not in self._sizes:
+                    self._sizes[key] = storage.nbytes()
+                    self.live_bytes += storage.nbytes()
+                    self.peak_bytes = max(self.peak_bytes, self.live_bytes)
+                    weakref.finalize(storage, self._free, key)
         return out
 
 

@@ -1,6 +1,6 @@
-"""Timing: one call (CUDA events on a GPU, the wall clock on CPU), repeated calls, and several steps timed in one
-loop, alternating (A B C A B C ...), so that drifts of the machine hit all of them alike, with the contention of
-other processes recorded meanwhile; the statistics of the samples."""
+"""Timing: one call (CUDA events on a GPU, the wall clock on CPU), repeated calls, and several steps timed
+alternating (A B C A B C ...), so that drifts of the machine hit all alike, with the contention of other processes
+recorded meanwhile; the statistics of the samples."""
 import statistics
 import time
 from dataclasses import dataclass
@@ -68,24 +68,20 @@ def time_steps(builders: Dict[str, Callable[[], Step]], device: torch.device, wa
     steps, failures = {}, {}
     for label, build in tqdm(builders.items(), desc=f'build {what}', leave=False):
         result = attempt(lambda: _warmed(build(), warmup), keep_going, f'{label} at {what}')
-        if isinstance(result, Failure):
-            failures[label] = result
-        else:
-            steps[label] = result
+        (failures if isinstance(result, Failure) else steps)[label] = result
     samples = {label: [] for label in steps}
     with Contention() as contention, tqdm(total=repeats * len(steps), desc=f'time {what}', leave=False) as bar:
         for _ in range(repeats):
-            for label, step in steps.items():
-                if label not in failures:
-                    result = attempt(lambda: timed(step, device), keep_going, f'{label} at {what}')
-                    if isinstance(result, Failure):
-                        failures[label] = result
-                        del samples[label]
-                    else:
-                        samples[label].append(result)
+            for label, step in list(steps.items()):
+                result = attempt(lambda: timed(step, device), keep_going, f'{label} at {what}')
+                if isinstance(result, Failure):
+                    failures[label] = result
+                    del samples[label], steps[label]
+                else:
+                    samples[label].append(result)
                 bar.update()
     contention.warn(f'timing {what}')
-    return Timing(samples, failures, contention.as_dict(), {k: v for k, v in steps.items() if k not in failures})
+    return Timing(samples, failures, contention.as_dict(), steps)
 
 
 def _warmed(step: Step, warmup: int) -> Step:
@@ -98,8 +94,6 @@ def summarize(samples: List[float], batch: Optional[int] = None) -> Dict:
     """Median, quartiles and range (ms) of per-iteration times, and the throughput (items/s) of ``batch`` items
     per iteration."""
     q1, median, q3 = statistics.quantiles(samples, n=4, method='inclusive') if len(samples) > 1 else samples * 3
-    stats = dict(median_ms=median, q1_ms=q1, q3_ms=q3, min_ms=min(samples), max_ms=max(samples),
-                 samples=len(samples))
-    if batch is not None:
-        stats['throughput'] = batch * 1e3 / median
-    return stats
+    throughput = {} if batch is None else dict(throughput=batch * 1e3 / median)
+    return dict(median_ms=median, q1_ms=q1, q3_ms=q3, min_ms=min(samples), max_ms=max(samples), samples=len(samples),
+                **throughput)

@@ -9,35 +9,30 @@ The query at ``--query X Y`` (fractions of width and height), head ``--head``: i
 import argparse
 import math
 import sys
-from pathlib import Path
-from typing import Optional, Sequence
+from typing import Optional, Sequence, Tuple
 
 import torch.nn.functional as F
 
-from nalaformer.analysis.cli import add_block_args, block_qk
-from nalaformer.analysis.entropy import ATTN_TYPES, attention_probs, entropy
+from nalaformer.analysis.cli import block_parser, block_qk
+from nalaformer.analysis.entropy import attention_probs, entropy
 from nalaformer.analysis.plots import panels, save_figure
 from nalaformer.errors import ConfigError, run_tool
 
 
 def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
-    add_block_args(parser)
-    parser.add_argument('--attn-types', nargs='+', default=['softmax', 'relu', 'nala'], choices=ATTN_TYPES)
+    parser = block_parser(__doc__, 'docs/attention_map.png')
     parser.add_argument('--head', type=int, default=0)
     parser.add_argument('--query', type=float, nargs=2, default=(0.45, 0.3), metavar=('X', 'Y'),
                         help='query position as fractions of image width and height, in [0, 1]')
-    parser.add_argument('--out', type=Path, default=Path('docs/attention_map.png'))
     return parser.parse_args(argv)
 
 
-def query_index(query_xy: Sequence[float], grid: Sequence[int]) -> int:
-    """Row-major token index of the point (x, y) in [0, 1]^2 on an (H, W) token grid."""
+def query_cell(query_xy: Sequence[float], grid: Sequence[int]) -> Tuple[int, int]:
+    """Token (row, col) of the point (x, y) in [0, 1]^2 on an (H, W) token grid."""
     x, y = query_xy
     if not (0 <= x <= 1 and 0 <= y <= 1):
         raise ConfigError(f'--query takes fractions of width and height in [0, 1], got {x} {y}')
-    row, col = min(int(y * grid[0]), grid[0] - 1), min(int(x * grid[1]), grid[1] - 1)
-    return row * grid[1] + col
+    return min(int(y * grid[0]), grid[0] - 1), min(int(x * grid[1]), grid[1] - 1)
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
@@ -45,24 +40,24 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     q, k, grid, pixels, _ = block_qk(args)
     if not 0 <= args.head < q.shape[1]:
         raise ConfigError(f'--head {args.head} out of range: stage {args.stage} has {q.shape[1]} heads')
-    index = query_index(args.query, grid)
+    row, col = query_cell(args.query, grid)
+    index = row * grid[1] + col
     q, k, image = q[0, args.head], k[0, args.head], pixels[0]  # first image: (N, d), (N, d), (H, W, 3)
-
     height, width = image.shape[:2]
-    point = ((index % grid[1] + 0.5) * width / grid[1], (index // grid[1] + 0.5) * height / grid[0])
+
     fig, [axes] = panels(1, 1 + len(args.attn_types), 3.6, 3.8)
-    axes[0].imshow(image)
+    for ax in axes:
+        ax.imshow(image)
+        ax.plot((col + 0.5) * width / grid[1], (row + 0.5) * height / grid[0], marker='*', color='white',
+                markeredgecolor='black', markersize=14)
+        ax.axis('off')
     axes[0].set_title(f'query token {index} ({grid[0]}x{grid[1]} grid)', fontsize=10)
     for ax, attn_type in zip(axes[1:], args.attn_types):
         probs = attention_probs(attn_type, q[index:index + 1], k)[0]  # (N,)
         heat = F.interpolate(probs.reshape(1, 1, *grid).float(), size=(height, width), mode='bilinear')[0, 0]
-        ax.imshow(image)
         ax.imshow(heat / heat.max(), cmap='jet', alpha=0.5, vmin=0, vmax=1)
         ax.set_title(f'{attn_type}: entropy {float(entropy(probs)):.2f} / {math.log(probs.numel()):.2f}\n'
                      f'peak {float(probs.max()) * probs.numel():.1f}x uniform', fontsize=10)
-    for ax in axes:
-        ax.plot(*point, marker='*', color='white', markeredgecolor='black', markersize=14)
-        ax.axis('off')
     fig.suptitle(f'{args.model} stage {args.stage} block {args.block} head {args.head}, '
                  f"{args.checkpoint or f'random init (seed {args.seed})'}, RoPE off", fontsize=10)
     save_figure(fig, args.out, dpi=80, rect=(0, 0, 1, 0.92))

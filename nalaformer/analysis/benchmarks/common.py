@@ -1,18 +1,19 @@
-"""What the benchmark subcommands share: their options, the device they run on, and the facts about the machine and
-the libraries every report's ``meta`` starts with."""
+"""What the benchmark subcommands share: their options, the device they run on, the facts about the machine and
+the libraries every report's ``meta`` starts with, and rows that record their failure."""
 import argparse
 import time
-from typing import Dict, Optional
+from typing import Callable, Dict, Optional, Sequence
 
 import timm
 import torch
 
 from ...errors import ConfigError
 from ..machine import device_name, load_average
+from ..results import Failure, attempt
 from ..steps import AMP_DTYPES
 
-__all__ = ['add_amp_arg', 'add_device_arg', 'add_keep_going_arg', 'add_mmap_arg', 'add_timing_args', 'check_device',
-           'finish_meta', 'mmap_setting', 'start_meta']
+__all__ = ['add_amp_arg', 'add_device_arg', 'add_keep_going_arg', 'add_mmap_arg', 'add_timing_args', 'attempt_row',
+           'attention_call', 'check_device', 'finish_meta', 'mmap_setting', 'start_meta']
 
 
 def add_device_arg(parser: argparse.ArgumentParser, default: Optional[str] = None):
@@ -21,12 +22,9 @@ def add_device_arg(parser: argparse.ArgumentParser, default: Optional[str] = Non
 
 
 def add_amp_arg(parser: argparse.ArgumentParser, several: bool = False):
-    if several:
-        parser.add_argument('--amp', nargs='+', default=['none'], choices=tuple(AMP_DTYPES),
-                            help='autocast dtypes, each a separate set of runs (fp16 training adds a GradScaler)')
-    else:
-        parser.add_argument('--amp', choices=tuple(AMP_DTYPES), default='none',
-                            help='autocast dtype of forward and loss (fp16 training adds a GradScaler)')
+    what = 'autocast dtypes, each a separate set of runs' if several else 'autocast dtype of forward and loss'
+    parser.add_argument('--amp', nargs='+' if several else None, default=['none'] if several else 'none',
+                        choices=tuple(AMP_DTYPES), help=f'{what} (fp16 training adds a GradScaler)')
 
 
 def add_timing_args(parser: argparse.ArgumentParser, warmup: int, repeats: Optional[int],
@@ -72,3 +70,21 @@ def start_meta(device: torch.device, args: argparse.Namespace, **fields) -> Dict
 def finish_meta(meta: Dict, finished: bool = True) -> Dict:
     meta.update(finished=time.strftime('%Y-%m-%d %H:%M:%S') if finished else None, load_at_end=load_average())
     return meta
+
+
+def attempt_row(fn: Callable[[], Dict], keep_going: bool, what: str) -> Dict:
+    """The row ``fn()`` returns, or that of its failure (status and error; see :func:`attempt`)."""
+    result = attempt(fn, keep_going, what)
+    return result.as_row() if isinstance(result, Failure) else result
+
+
+def attention_call(attention: Callable, inputs: Sequence[torch.Tensor], mode: str,
+                   dout: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """``attention(*inputs)``: 'forward' under inference_mode, 'forward_backward' also the grads of the first three
+    inputs (q, k, v, which need grad) for the output's grad ``dout``."""
+    if mode == 'forward':
+        with torch.inference_mode():
+            return attention(*inputs)
+    out = attention(*inputs)
+    torch.autograd.grad(out, inputs[:3], dout)
+    return out

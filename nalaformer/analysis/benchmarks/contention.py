@@ -8,6 +8,8 @@ times mmengine logs; ``--whole`` also times the whole ``tools/quick_start.py``, 
         --out-json docs/contention_cpu.json --whole
 """
 import argparse
+import contextlib
+import itertools
 import json
 import os
 import statistics
@@ -16,12 +18,12 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Callable, Dict
+from typing import Callable, Dict, List, Optional, Tuple
 
 from ...errors import ConfigError
 from ..machine import CHECKOUT, ProcessFailed, busy_process, child_environment, load_average
-from ..results import Failure, attempt, write_json
-from .common import add_keep_going_arg
+from ..results import write_json
+from .common import add_keep_going_arg, attempt_row
 
 CONFIG = CHECKOUT / 'configs' / 'nalaformer' / 'nalaformer-pico_1xb64-10e_fashion-mnist-32px.py'
 # A tool started by this benchmark inherits no thread setting from the caller.
@@ -38,49 +40,43 @@ def add_arguments(parser: argparse.ArgumentParser):
     parser.add_argument('--out-json', type=Path, default=None)
 
 
-def run_child(command, what: str) -> subprocess.CompletedProcess:
-    """``command`` from the repository root with no inherited thread setting; :class:`ProcessFailed` if it fails."""
-    result = subprocess.run(command, cwd=CHECKOUT, env=child_environment(THREAD_VARIABLES), capture_output=True,
-                            text=True)
+def run_script(script: str, arguments: List[str], what: str) -> Tuple[str, float]:
+    """``tools/<script>`` from the repository root with no inherited thread setting: its stdout and wall time (s);
+    :class:`ProcessFailed` if it fails."""
+    start = time.perf_counter()
+    result = subprocess.run([sys.executable, str(CHECKOUT / 'tools' / script), *arguments], cwd=CHECKOUT,
+                            env=child_environment(THREAD_VARIABLES), capture_output=True, text=True)
     if result.returncode:
         raise ProcessFailed(what, result)
-    return result
+    return result.stdout, time.perf_counter() - start
 
 
-def train_cell(data: Path, epochs: int, threads) -> dict:
+def train_cell(data: Path, epochs: int, threads: Optional[int]) -> Dict:
     """One training run; per-iteration seconds as mmengine logs them, wall time, and the thread line."""
     with tempfile.TemporaryDirectory() as work:
         roots = [f'{d}.dataset.data_root={data}' for d in ('train_dataloader', 'val_dataloader', 'test_dataloader')]
-        command = [sys.executable, str(CHECKOUT / 'tools' / 'train.py'), str(CONFIG), '--work-dir', work,
-                   *(['--threads', str(threads)] if threads else []), '--cfg-options', *roots,
-                   f'train_cfg.max_epochs={epochs}', 'default_hooks.logger.interval=10']
-        start = time.perf_counter()
-        result = run_child(command, 'training')
-        wall = time.perf_counter() - start
+        options = ['--threads', str(threads)] if threads else []
+        options += ['--cfg-options', *roots, f'train_cfg.max_epochs={epochs}', 'default_hooks.logger.interval=10']
+        stdout, wall = run_script('train.py', [str(CONFIG), '--work-dir', work, *options], 'training')
         [scalars] = Path(work).glob('*/vis_data/scalars.json')
         times = [row['time'] for row in map(json.loads, scalars.read_text().splitlines()) if 'time' in row]
-        policy = next((line.split(' - ')[-1] for line in result.stdout.splitlines() if 'CPU threads:' in line), '')
+    policy = next((line.split(' - ')[-1] for line in stdout.splitlines() if 'CPU threads:' in line), '')
     return dict(status='ok', iter_s=statistics.median(times[1:] or times), wall_s=wall, threads=policy)
 
 
-def quick_start_cell(data: Path) -> dict:
+def quick_start_cell(data: Path) -> Dict:
     with tempfile.TemporaryDirectory() as work:
-        start = time.perf_counter()
-        run_child([sys.executable, str(CHECKOUT / 'tools' / 'quick_start.py'), '--work-dir', work, '--data', str(data)],
-                  'quick start')
-        return dict(status='ok', wall_s=time.perf_counter() - start)
+        return dict(status='ok', wall_s=run_script('quick_start.py', ['--work-dir', work, '--data', str(data)],
+                                                 'quick start')[1])
 
 
 def cell(loaded: bool, measure: Callable[[], Dict], keep_going: bool, what: str) -> Dict:
-    """``measure()`` with one busy background process when ``loaded``; its failure raised, or recorded with
-    ``keep_going``."""
+    """``measure()``, beside one busy background process when ``loaded``; a failure recorded as by
+    :func:`attempt_row`."""
     def run() -> Dict:
-        if not loaded:
+        with busy_process() if loaded else contextlib.nullcontext():
             return measure()
-        with busy_process():
-            return measure()
-    result = attempt(run, keep_going, what)
-    return result.as_row() if isinstance(result, Failure) else result
+    return attempt_row(run, keep_going, what)
 
 
 def main(args: argparse.Namespace) -> int:
@@ -89,20 +85,17 @@ def main(args: argparse.Namespace) -> int:
                           f'(it writes the data)')
     cores = len(os.sched_getaffinity(0))
     results = dict(cores=cores, epochs=args.epochs, load=load_average(), cells=[])
-    for loaded in (False, True):
+    for loaded, (policy, threads) in itertools.product((False, True), zip(POLICIES, (cores, None))):
         load = 'one busy process' if loaded else 'idle'
-        for policy, threads in zip(POLICIES, (cores, None)):
-            row = cell(loaded, lambda: train_cell(args.data, args.epochs, threads), args.keep_going,
-                       f'training, {load}, {policy}')
-            results['cells'].append({**row, 'loaded': loaded, 'policy': policy})
-            print(f'{load:>16} | {policy:>13} | ' + (
-                f"{row['iter_s'] * 1e3:7.0f} ms/iter | {row['wall_s']:6.0f} s | {row['threads']}"
-                if row['status'] == 'ok' else f"{row['status']}: {row['error']}"), flush=True)
-    for policy in POLICIES:
-        idle, busy = (next(c for c in results['cells'] if c['policy'] == policy and c['loaded'] == lo)
-                      for lo in (False, True))
+        row = cell(loaded, lambda: train_cell(args.data, args.epochs, threads), args.keep_going,
+                   f'training, {load}, {policy}')
+        results['cells'].append({**row, 'loaded': loaded, 'policy': policy})
+        print(f'{load:>16} | {policy:>13} | ' + (
+            f"{row['iter_s'] * 1e3:7.0f} ms/iter | {row['wall_s']:6.0f} s | {row['threads']}"
+            if row['status'] == 'ok' else f"{row['status']}: {row['error']}"), flush=True)
+    for idle, busy in zip(results['cells'][:len(POLICIES)], results['cells'][len(POLICIES):]):
         if idle['status'] == busy['status'] == 'ok':
-            print(f'{policy}: loaded / idle time per iteration = {busy["iter_s"] / idle["iter_s"]:.2f}x')
+            print(f"{idle['policy']}: loaded / idle time per iteration = {busy['iter_s'] / idle['iter_s']:.2f}x")
     if args.whole:
         results['quick_start'] = {key: cell(loaded, lambda: quick_start_cell(args.data), args.keep_going,
                                             f'quick start, {key}')

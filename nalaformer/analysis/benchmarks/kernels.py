@@ -9,9 +9,11 @@ kernel's errors against the PyTorch operator. On CPU the fused kernels need Trit
     TRITON_INTERPRET=1 python3 tools/analysis/benchmark.py kernels --tiny --out-dir /tmp/bench
 """
 import argparse
+import re
 import statistics
+from functools import partial
 from pathlib import Path
-from typing import Callable, Dict, Optional, Tuple
+from typing import Callable, Dict, List, Optional, Tuple
 
 import torch
 import torch.nn.functional as F
@@ -22,13 +24,13 @@ from ..grids import token_grid
 from ..machine import device_name, peak_bandwidth
 from ..memory import call_peak_mb, free_memory
 from ..plots import grouped_bars, panels, save_figure
-from ..results import Failure, attempt, format_optional, markdown_table, write_report
+from ..results import add_ratios, format_optional, markdown_table, write_report
 from ..timing import time_repeats
-from .common import add_keep_going_arg, check_device
+from .common import add_keep_going_arg, attempt_row, attention_call, check_device
 
 METHODS = ('fused', 'torch', 'reference', 'sdpa')
 MODES = ('forward', 'forward_backward')
-DTYPES = {'float32': torch.float32, 'float16': torch.float16, 'bfloat16': torch.bfloat16}
+DTYPES = ('bfloat16', 'float16', 'float32')
 # Stage 1 of NaLaFormer-T at 224 (batch 64: one head of 64), then 16K and 65K tokens with the same head.
 DEFAULT_SHAPES = ('64x1x3136x64', '8x1x16384x64', '2x1x65536x64')
 TINY_SHAPES = ('1x2x9x32', '2x1x25x32')
@@ -38,19 +40,15 @@ Shape = Tuple[int, int, int, int]
 
 def parse_shape(text: str) -> Shape:
     """'BxHxNxD' -> (batch, heads, tokens, head dim)."""
-    try:
-        shape = tuple(int(part) for part in text.lower().split('x'))
-    except ValueError:
-        shape = ()
-    if len(shape) != 4 or min(shape) < 1:
+    if not re.fullmatch(r'0*[1-9]\d*(x0*[1-9]\d*){3}', text.lower()):
         raise argparse.ArgumentTypeError(f'shape {text!r} must be BATCHxHEADSxTOKENSxHEAD_DIM, e.g. 64x1x3136x64')
-    return shape
+    return tuple(map(int, text.lower().split('x')))
 
 
 def add_arguments(parser: argparse.ArgumentParser):
     parser.add_argument('--device', default=None, choices=('cpu', 'cuda'),
                         help='default: cuda if available (cpu with --tiny)')
-    parser.add_argument('--dtype', default='bfloat16', choices=sorted(DTYPES), help='dtype of q, k, v')
+    parser.add_argument('--dtype', default='bfloat16', choices=DTYPES, help='dtype of q, k, v')
     parser.add_argument('--shapes', type=parse_shape, nargs='+', default=[parse_shape(s) for s in DEFAULT_SHAPES],
                         metavar='BxHxNxD')
     parser.add_argument('--methods', nargs='+', default=list(METHODS), choices=METHODS,
@@ -64,23 +62,18 @@ def add_arguments(parser: argparse.ArgumentParser):
     add_keep_going_arg(parser)
 
 
-def make_inputs(shape: Shape, dtype: torch.dtype, device: torch.device, seed: int = 0):
+def make_inputs(shape: Shape, dtype: str, device: torch.device):
     """q, k, v (B, H, N, d) in ``dtype`` needing grad, and the (2, N, d) RoPE table of N's token grid."""
-    torch.manual_seed(seed)
-    q, k, v = (torch.randn(shape, device=device).to(dtype).requires_grad_() for _ in range(3))
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(shape, device=device).to(getattr(torch, dtype)).requires_grad_() for _ in range(3))
     return q, k, v, rope_table(rope_angles(shape[-1], device=device), *token_grid(shape[2]))
 
 
 def build_method(name: str) -> Callable:
-    """(q, k, v, rope) -> out for a method name."""
+    """(q, k, v, rope) -> out for a method name: SDPA, or the nala kernel, each call on the NaLa backend ``name``."""
     if name == 'sdpa':
         return lambda q, k, v, rope: F.scaled_dot_product_attention(q, k, v)
-    kernel = build_attention_kernel('nala')
-
-    def run(q, k, v, rope):
-        with use_nala_backend(name):
-            return kernel(q, k, v, rope)
-    return run
+    return use_nala_backend(name)(build_attention_kernel('nala'))  # (a decorator: a fresh context per call)
 
 
 def io_bytes(q: torch.Tensor, out: torch.Tensor, mode: str) -> int:
@@ -89,34 +82,24 @@ def io_bytes(q: torch.Tensor, out: torch.Tensor, mode: str) -> int:
     return moved if mode == 'forward' else 2 * moved
 
 
-def call(fn: Callable, inputs, mode: str, grad: Optional[torch.Tensor]):
-    with torch.no_grad() if mode == 'forward' else torch.enable_grad():
-        out = fn(*inputs)
-        if mode == 'forward_backward':
-            torch.autograd.grad(out, inputs[:3], grad)
-    return out
-
-
 def measure(args: argparse.Namespace, method: str, shape: Shape, mode: str, peak: Optional[float]) -> Dict:
     """One result row: the median time and its figures, or (out of memory, or failing with ``--keep-going``) the
     status and error."""
-    row = dict(zip(SHAPE_KEYS, shape), method=method, mode=mode)
     device = torch.device(args.device)
 
     def timed_row() -> Dict:
-        inputs = make_inputs(shape, DTYPES[args.dtype], device)
+        inputs = make_inputs(shape, args.dtype, device)
         fn = build_method(method)
-        out = call(fn, inputs, 'forward', None)
-        grad = torch.randn_like(out)
-        times = time_repeats(lambda: call(fn, inputs, mode, grad), device, args.warmup, args.repeats)
+        out = attention_call(fn, inputs, 'forward')
+        call = partial(attention_call, fn, inputs, mode, torch.randn_like(out))
+        times = time_repeats(call, device, args.warmup, args.repeats)
         median, moved = statistics.median(times), io_bytes(inputs[0], out, mode)
         gbs = moved / (median * 1e-3) / 1e9
-        return dict(status='ok', ms=median, times_ms=times,
-                    peak_mib=call_peak_mb(lambda: call(fn, inputs, mode, grad), device), io_bytes=moved,
+        return dict(status='ok', ms=median, times_ms=times, peak_mib=call_peak_mb(call, device), io_bytes=moved,
                     bandwidth_gbs=gbs, x_bound=peak / gbs if peak else None)
 
-    result = attempt(timed_row, args.keep_going, f'{method} {mode} at {shape_label(row)}')
-    row.update(result.as_row() if isinstance(result, Failure) else result)
+    row = dict(zip(SHAPE_KEYS, shape), method=method, mode=mode)
+    row.update(attempt_row(timed_row, args.keep_going, f'{method} {mode} at {shape_label(row)}'))
     free_memory(device)
     return row
 
@@ -124,37 +107,39 @@ def measure(args: argparse.Namespace, method: str, shape: Shape, mode: str, peak
 def check_errors(args: argparse.Namespace, shape: Shape) -> Dict:
     """Max |fused - torch| / max |torch| of out, dq, dk, dv on the same inputs and dout (or the failure)."""
     def errors() -> Dict:
-        inputs = make_inputs(shape, DTYPES[args.dtype], torch.device(args.device))
+        inputs = make_inputs(shape, args.dtype, torch.device(args.device))
         outs = [build_method(name)(*inputs) for name in ('fused', 'torch')]
         dout = torch.randn_like(outs[1])
         fused, ref = ([out, *torch.autograd.grad(out, inputs[:3], dout)] for out in outs)
         return dict(relative_max_error={name: ((a.float() - b.float()).abs().max() / b.float().abs().max()).item()
                                         for name, a, b in zip(('out', 'dq', 'dk', 'dv'), fused, ref)})
-    result = attempt(errors, args.keep_going, f'check at {"x".join(map(str, shape))}')
-    return dict(zip(SHAPE_KEYS, shape), **(result.as_row() if isinstance(result, Failure) else result))
+    row = dict(zip(SHAPE_KEYS, shape))
+    return dict(row, **attempt_row(errors, args.keep_going, f'check at {shape_label(row)}'))
 
 
 def shape_label(row: Dict) -> str:
     return 'x'.join(str(row[key]) for key in SHAPE_KEYS)
 
 
+def figures(row: Dict) -> List[str]:
+    """A row's cells after its shape and method: ms, x faster than torch, peak MiB, x torch memory, x bandwidth
+    bound (the ratios of :func:`summary`)."""
+    if row['status'] != 'ok':
+        return [f"{row['status']}: {row['error']}", '', '', '', '']
+    speedup = 1 / row['time_ratio'] if row['time_ratio'] else None
+    return [f"{row['ms']:.3f}", format_optional(speedup, '.2f'), format_optional(row['peak_mib'], '.0f'),
+            format_optional(row['memory_ratio'], '.2f'), format_optional(row['x_bound'], '.1f')]
+
+
 def summary(results: Dict) -> str:
-    """A table per mode: ms and speed-up over ``torch``, peak MiB and its ratio to ``torch``, x bandwidth bound; then
-    the fused kernel's errors."""
-    fmt, tables = format_optional, []
+    """A table per mode (:func:`figures`, ratios to ``torch`` on the same shape); then the fused kernel's errors."""
+    rows, tables = [dict(r) for r in results['rows']], []
+    add_ratios(rows, lambda r: r['method'] == 'torch', lambda r: (shape_label(r), r['mode']),
+               dict(time_ratio='ms', memory_ratio='peak_mib'))
     for mode in MODES:
-        rows, base = [], {(shape_label(r), r['mode']): r for r in results['rows'] if r['method'] == 'torch'}
-        for r in (r for r in results['rows'] if r['mode'] == mode):
-            torch_row = base.get((shape_label(r), mode), {})
-            if r['status'] != 'ok':
-                rows.append([shape_label(r), r['method'], f"{r['status']}: {r['error']}", '', '', '', ''])
-                continue
-            speedup = torch_row['ms'] / r['ms'] if torch_row.get('status') == 'ok' else None
-            memory = r['peak_mib'] / torch_row['peak_mib'] if r['peak_mib'] and torch_row.get('peak_mib') else None
-            rows.append([shape_label(r), r['method'], f"{r['ms']:.3f}", fmt(speedup, '.2f'), fmt(r['peak_mib'], '.0f'),
-                         fmt(memory, '.2f'), fmt(r['x_bound'], '.1f')])
+        cells = [[shape_label(r), r['method'], *figures(r)] for r in rows if r['mode'] == mode]
         tables.append(f'{mode}:\n' + markdown_table(['B x H x N x D', 'method', 'ms', 'x faster than torch', 'peak MiB',
-                                                     'x torch memory', 'x bandwidth bound'], rows))
+                                                     'x torch memory', 'x bandwidth bound'], cells))
     for check in results.get('checks', []):
         errors = check.get('relative_max_error')
         found = (', '.join(f'{name} {err:.1e}' for name, err in errors.items()) if errors else
@@ -165,15 +150,15 @@ def summary(results: Dict) -> str:
 
 def plot(results: Dict, path: Path):
     """Bars per shape: forward and forward + backward time and peak memory, one bar per method."""
-    rows = results['rows']
-    labels = list(dict.fromkeys(shape_label(r) for r in rows))
-    methods = list(dict.fromkeys(r['method'] for r in rows))
+    rows = [r for r in results['rows'] if r['status'] == 'ok']
+    labels = list(dict.fromkeys(shape_label(r) for r in results['rows']))
+    methods = list(dict.fromkeys(r['method'] for r in results['rows']))
     fig, axes = panels(1, 3, 5.3, 4.5)
     for ax, (mode, key, title) in zip(axes[0], [('forward', 'ms', 'forward (ms)'),
                                                 ('forward_backward', 'ms', 'forward + backward (ms)'),
                                                 ('forward_backward', 'peak_mib',
                                                  'forward + backward peak memory (MiB)')]):
-        found = {(shape_label(r), r['method']): r.get(key) for r in rows if r['mode'] == mode and r['status'] == 'ok'}
+        found = {(shape_label(r), r['method']): r[key] for r in rows if r['mode'] == mode}
         grouped_bars(ax, labels, {m: [found.get((label, m)) for label in labels] for m in methods})
         ax.set_yscale('symlog')
         ax.set_title(title)

@@ -9,24 +9,26 @@ block, forward: ``nala``, ``nala_reference``, ``sdpa`` and ``softmax`` (explicit
         --out-json docs/nala_block_vs_softmax_cpu.json
 """
 import argparse
+import itertools
+from functools import partial
 from pathlib import Path
-from typing import Callable, Dict, List, Optional
+from typing import Callable, Dict, Optional
 
 import torch
 
 from ...errors import ConfigError
 from ...models import NaLaAttention
-from ...ops import linear_attention, nala_cos_feature_maps, nala_feature_maps, rope_angles, rope_table
-from ...ops.nala_fast import nala_attention, nala_cos_attention
+from ...ops import nala, nala_fast, rope_angles, rope_table
 from ..grids import token_grid
 from ..memory import add_worker_memory, available_memory_mb, malloc_setting, memory_env, tune_malloc, worker_memory
 from ..results import add_ratios, format_optional, markdown_table, write_report
 from ..steps import ModelStep, backend_context
 from ..timing import time_steps
-from .common import add_keep_going_arg, add_mmap_arg, add_timing_args, finish_meta, mmap_setting, start_meta
+from .common import (
+    add_keep_going_arg, add_mmap_arg, add_timing_args, attention_call, finish_meta, mmap_setting, start_meta,
+)
 
-OP_METHODS = ('reference', 'fast')
-BLOCK_METHODS = ('nala', 'nala_reference', 'sdpa', 'softmax')
+METHODS = dict(op=('reference', 'fast'), block=('nala', 'nala_reference', 'sdpa', 'softmax'))
 MODES = ('forward', 'forward_backward')
 CPU = torch.device('cpu')
 # What a memory worker needs to build a method's inputs again.
@@ -34,7 +36,7 @@ SETTINGS = ('what', 'attn_type', 'alpha', 'batch', 'heads', 'head_dim', 'dim', '
 
 
 def add_arguments(parser: argparse.ArgumentParser):
-    parser.add_argument('--what', choices=('op', 'block'), default='op')
+    parser.add_argument('--what', choices=tuple(METHODS), default='op')
     parser.add_argument('--attn-type', choices=('nala', 'nala_cos'), default='nala', help='op: the kernel')
     parser.add_argument('--alpha', type=float, default=20.0, help='op: nala_cos sharpness')
     parser.add_argument('--sides', type=int, nargs='+', default=[112], help='op: token grid sides (N = side^2)')
@@ -53,27 +55,19 @@ def add_arguments(parser: argparse.ArgumentParser):
     parser.add_argument('--out-json', type=Path, default=Path('benchmark_nala_op.json'))
 
 
-def op_step(method: str, args: argparse.Namespace, side: int, mode: str) -> Callable[[], None]:
+def op_step(method: str, args: argparse.Namespace, side: int, mode: str) -> Callable[[], torch.Tensor]:
+    """One call of the op of ``method`` (``nala_fast``'s or the reference of ``nala``) on (batch, heads, side^2,
+    head_dim) inputs."""
     g = torch.Generator().manual_seed(0)
     shape = (args.batch, args.heads, side * side, args.head_dim)
     # |q| spread over tanh's range, as in a trained block
     q = torch.randn(*shape, generator=g) * torch.linspace(0.1, 3.0, side * side)[:, None] / args.head_dim ** 0.5
     k, v, dout = (torch.randn(*shape, generator=g) * s for s in (0.7, 1.0, 1.0))
     rope = rope_table(rope_angles(args.head_dim), side, side)
-    cos = args.attn_type == 'nala_cos'
-    if method == 'fast':
-        fn = (lambda q, k, v: nala_cos_attention(q, k, v, rope, args.alpha)) if cos else (
-            lambda q, k, v: nala_attention(q, k, v, rope))
-    else:
-        fn = lambda q, k, v: linear_attention(  # noqa: E731
-            *(nala_cos_feature_maps(q, k, args.alpha) if cos else nala_feature_maps(q, k)), v, rope)
-    if mode == 'forward':
-        def step():
-            with torch.inference_mode():
-                fn(q, k, v)
-        return step
-    leaves = [t.clone().requires_grad_(True) for t in (q, k, v)]
-    return lambda: torch.autograd.grad(fn(*leaves), leaves, dout)
+    attention = getattr(nala_fast if method == 'fast' else nala, f'{args.attn_type}_attention')
+    alpha = (args.alpha,) if args.attn_type == 'nala_cos' else ()
+    inputs = [t.requires_grad_(mode != 'forward') for t in (q, k, v)]
+    return lambda: attention_call(lambda q, k, v: attention(q, k, v, rope, *alpha), inputs, mode, dout)
 
 
 def block_step(method: str, args: argparse.Namespace, tokens: int) -> ModelStep:
@@ -88,17 +82,13 @@ def block_step(method: str, args: argparse.Namespace, tokens: int) -> ModelStep:
 
 def block_skip_reason(method: str, args: argparse.Namespace, tokens: int) -> Optional[str]:
     """Why the explicit softmax cannot run here: its scores and their softmax (2 N x N x heads floats)."""
-    if method != 'softmax':
-        return None
-    need = 2 * tokens * tokens * args.heads * 4 / 2 ** 20
-    available = available_memory_mb()
-    if available is not None and need > 0.8 * available:
-        return (f'skipped: the explicit N x N softmax needs ~{need / 1024:.1f} GiB, '
-                f'{available / 1024:.1f} GiB available')
+    need, available = 2 * tokens * tokens * args.heads * 4 / 2 ** 20, available_memory_mb()
+    if method == 'softmax' and available is not None and need > 0.8 * available:
+        return f'skipped: the explicit N x N softmax needs ~{need / 1024:.1f} GiB, {available / 1024:.1f} GiB available'
     return None
 
 
-def make(job: Dict, args: argparse.Namespace) -> Callable[[], None]:
+def make(job: Dict, args: argparse.Namespace) -> Callable[[], object]:
     if args.what == 'op':
         return op_step(job['method'], args, job['size'], job['mode'])
     return block_step(job['method'], args, job['size'])
@@ -116,33 +106,29 @@ def memory_worker(job: Dict) -> Dict:
 
 
 def run(args: argparse.Namespace) -> Dict:
-    known = OP_METHODS if args.what == 'op' else BLOCK_METHODS
-    methods = args.methods or list(known)
-    unknown = [m for m in methods if m not in known]
+    methods = args.methods or list(METHODS[args.what])
+    unknown = [m for m in methods if m not in METHODS[args.what]]
     if unknown:
-        raise ConfigError(f'--methods {unknown} are not methods of --what {args.what}: choose from {list(known)}')
-    sizes, modes = (args.sides, args.modes) if args.what == 'op' else (args.tokens, ['forward'])
-    meta = start_meta(CPU, args, what=args.what, argv=args.argv, malloc_timing=malloc_setting(tune_malloc()),
+        raise ConfigError(f'--methods {unknown} are not methods of --what {args.what}: choose from '
+                          f'{list(METHODS[args.what])}')
+    meta = start_meta(CPU, args, what=args.what, baseline=methods[0], argv=args.argv,
+                      malloc_timing=malloc_setting(tune_malloc()),
                       memory='VmHWM (reset after building the inputs) - VmRSS then, fresh process, '
                              + mmap_setting(args.memory_mmap_threshold))
     if args.what == 'op':
+        sizes, modes = args.sides, args.modes
         meta.update(kind=args.attn_type, batch=args.batch, heads=args.heads, head_dim=args.head_dim)
     else:
+        sizes, modes = args.tokens, ['forward']
         meta.update(dim=args.dim, heads=args.heads, grids={t: token_grid(t) for t in sizes})
-    results: List[Dict] = []
-    for size in sizes:
-        for mode in modes:
-            skipped = {m: block_skip_reason(m, args, size) for m in methods} if args.what == 'block' else {}
-            builders = {m: (lambda m=m: make(dict(method=m, size=size, mode=mode), args))
-                        for m in methods if not skipped.get(m)}
-            timing = time_steps(builders, CPU, args.warmup, args.repeats, args.keep_going, f'{size} {mode}')
-            for method in methods:
-                row = dict(method=method, size=size, mode=mode)
-                if skipped.get(method):
-                    row.update(status='skipped', reason=skipped[method], median_ms=None)
-                else:
-                    row.update(timing.row(method))
-                results.append({**row, **timing.contention})
+    results = []
+    for size, mode in itertools.product(sizes, modes):
+        skipped = {m: block_skip_reason(m, args, size) for m in methods}
+        builders = {m: partial(make, dict(method=m, size=size, mode=mode), args) for m in methods if not skipped[m]}
+        timing = time_steps(builders, CPU, args.warmup, args.repeats, args.keep_going, f'{size} {mode}')
+        for m in methods:
+            outcome = dict(status='skipped', reason=skipped[m], median_ms=None) if skipped[m] else timing.row(m)
+            results.append(dict(method=m, size=size, mode=mode, **outcome, **timing.contention))
     if not args.no_memory:
         settings = {key: getattr(args, key) for key in SETTINGS}
         add_worker_memory([r for r in results if r['status'] == 'ok'], memory_worker,
@@ -151,7 +137,6 @@ def run(args: argparse.Namespace) -> Dict:
                           lambda row: f"memory of {row['method']} at {row['size']} {row['mode']}", ('extra_mb',))
     add_ratios(results, lambda r: r['method'] == methods[0], lambda r: (r['size'], r['mode']),
                dict(latency_ratio='median_ms', memory_ratio='extra_mb'))
-    meta['baseline'] = methods[0]
     return dict(meta=finish_meta(meta), results=results)
 
 
@@ -161,14 +146,12 @@ def table(report: Dict) -> str:
               f"x {report['meta']['baseline']}", 'extra MB', 'x memory']
     rows = []
     for r in report['results']:
-        cells = [r['method'], str(r['size']), r['mode']]
         if r['median_ms'] is None:
-            rows.append(cells + [r['reason'] if r['status'] == 'skipped' else f"{r['status']}: {r['error']}"]
-                        + [''] * 4)
-            continue
-        rows.append(cells + [f"{r['median_ms']:.1f} ({r['q1_ms']:.1f}-{r['q3_ms']:.1f})", f"{r['min_ms']:.1f}",
-                             fmt(r['latency_ratio'], '.2f'), fmt(r.get('extra_mb'), '.0f'),
-                             fmt(r.get('memory_ratio'), '.2f')])
+            figures = [r['reason'] if r['status'] == 'skipped' else f"{r['status']}: {r['error']}"] + [''] * 4
+        else:
+            figures = [f"{r['median_ms']:.1f} ({r['q1_ms']:.1f}-{r['q3_ms']:.1f})", f"{r['min_ms']:.1f}",
+                       fmt(r['latency_ratio'], '.2f'), fmt(r.get('extra_mb'), '.0f'), fmt(r.get('memory_ratio'), '.2f')]
+        rows.append([r['method'], str(r['size']), r['mode'], *figures])
     return markdown_table(header, rows)
 
 

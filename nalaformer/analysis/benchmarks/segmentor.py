@@ -37,10 +37,12 @@ def add_arguments(parser: argparse.ArgumentParser):
     parser.add_argument('--out-json', type=Path, default=Path('benchmark_segmentor.json'))
 
 
-def import_mmseg() -> bool:
-    """Register mmseg's and our modules; True if mmcv's ops are stand-ins (mmcv-lite)."""
+def import_mmseg() -> Dict[str, str]:
+    """Register mmseg's and our modules; whether mmcv's ops are compiled or stand-ins (mmcv-lite), the versions."""
     try:
         lite = allow_mmcv_lite()
+        import mmcv
+        import mmseg
         from mmseg.utils import register_all_modules
         import nalaformer.dense  # noqa: F401  (NaLaBackbone in mmseg's registry)
         import nalaformer.engine  # noqa: F401  (CPUAmpOptimWrapper)
@@ -49,7 +51,8 @@ def import_mmseg() -> bool:
     from mmengine.logging import MMLogger
     MMLogger.get_instance('benchmark_segmentor', log_level='WARNING')  # not mmengine's per-parameter INFO lines
     register_all_modules(init_default_scope=False)
-    return lite
+    return dict(mmcv_ops='stand-ins (mmcv-lite)' if lite else 'compiled', mmcv=mmcv.__version__,
+                mmseg=mmseg.__version__)
 
 
 def build(args: argparse.Namespace, size, device: torch.device):
@@ -64,9 +67,8 @@ def build(args: argparse.Namespace, size, device: torch.device):
         raise ConfigError(f'{args.config}: not a segmentation config (its model has no decode_head)')
     cfg.model.backbone.init_cfg = None
     cfg.model.data_preprocessor.size = size
-    dtype = AMP_DTYPES[args.amp]
-    if dtype is not None:
-        apply_amp(cfg, str(dtype).removeprefix('torch.'), device.type)  # 'bfloat16' / 'float16'
+    if args.amp != 'none':
+        apply_amp(cfg, str(AMP_DTYPES[args.amp]).removeprefix('torch.'), device.type)  # 'bfloat16' / 'float16'
     torch.manual_seed(0)
     with DefaultScope.overwrite_default_scope(cfg.get('default_scope', 'mmseg')):
         model = revert_sync_batchnorm(MODELS.build(cfg.model)).to(device).train()
@@ -92,9 +94,9 @@ def run(args: argparse.Namespace) -> Dict:
     device = check_device(args.device)
     if args.repeats < 1 or args.warmup < 0 or (args.batch is not None and args.batch < 1):
         raise ConfigError('--repeats and --batch must be positive, --warmup not negative')
-    size = parse_size(args.size)
+    size, cuda = parse_size(args.size), device.type == 'cuda'
     meta = start_meta(device, args, config=str(args.config), size=list(size), amp=args.amp)
-    lite = import_mmseg()
+    libraries = import_mmseg()
     model, optim_wrapper, cfg = build(args, size, device)
     batch = args.batch or cfg.train_dataloader.batch_size
     data = random_batch(batch, size, cfg.model.decode_head.num_classes)
@@ -107,19 +109,14 @@ def run(args: argparse.Namespace) -> Dict:
         backend = nala_backend()
         for _ in range(args.warmup):
             step()
-        if device.type == 'cuda':
+        if cuda:
             synchronize(device)
             torch.cuda.reset_peak_memory_stats(device)
         samples = time_repeats(step, device, warmup=0, repeats=args.repeats)
-    import mmcv
-    import mmseg
-    meta.update(batch=batch, nala_backend=backend, optim_wrapper=type(optim_wrapper).__name__,
-                mmcv_ops='stand-ins (mmcv-lite)' if lite else 'compiled', mmcv=mmcv.__version__,
-                mmseg=mmseg.__version__,
-                memory='torch.cuda.max_memory_allocated over the timed iterations' if device.type == 'cuda' else
-                'not measured on CPU')
+    meta.update(batch=batch, nala_backend=backend, optim_wrapper=type(optim_wrapper).__name__, **libraries,
+                memory='torch.cuda.max_memory_allocated over the timed iterations' if cuda else 'not measured on CPU')
     result = dict(status='ok', **summarize(samples, batch),
-                  peak_mb=torch.cuda.max_memory_allocated(device) / MIB if device.type == 'cuda' else None,
+                  peak_mb=torch.cuda.max_memory_allocated(device) / MIB if cuda else None,
                   losses=[float(loss) for loss in losses], **loss_summary(losses))
     return dict(meta=finish_meta(meta), result=result)
 

@@ -11,6 +11,8 @@ ms at 70K+ tokens). Writes ``benchmark_sr.json`` (after every run, too) and ``be
 """
 import argparse
 import os
+from dataclasses import asdict
+from functools import partial
 from pathlib import Path
 from typing import Callable, Dict, List, Optional, Tuple
 
@@ -30,7 +32,7 @@ from ..plots import grouped_bars, panels, save_figure
 from ..results import OUT_OF_MEMORY, Failure, attempt, format_optional, markdown_table, write_json, write_report
 from ..steps import MODES, ModelStep
 from ..tensor_memory import fake_memory
-from ..timing import summarize, time_steps
+from ..timing import time_steps
 from .common import (
     add_amp_arg, add_device_arg, add_keep_going_arg, add_mmap_arg, add_timing_args, check_device, finish_meta,
     mmap_setting, start_meta,
@@ -43,6 +45,8 @@ TINY_MODEL = 'nalasr_light(embed_dim=16, depths=(1, 1), num_heads=2, window_size
 TINY_SIZES = ('24x24', '32x40')
 # The paper's SR figures: peak memory (GB) and latency (ms), softmax SR transformer -> NaLa.
 PAPER = dict(memory_gb=(69.0, 5.3), latency_ms=(195.0, 124.0))
+PAPER_RATIOS = {name: before / after for name, (before, after) in zip(('memory', 'time'), PAPER.values())}
+SOURCES = ('measured', 'accounted')  # of a run's peak memory, in the order preferred
 
 
 def add_arguments(parser: argparse.ArgumentParser):
@@ -74,17 +78,15 @@ def add_arguments(parser: argparse.ArgumentParser):
 
 
 def check_args(args: argparse.Namespace) -> str:
-    """Fill the defaults of ``--tiny`` or not; the ``--account`` policy: CPU runs are accounted first (what fits is
-    decided on it), CUDA runs may try first."""
+    """Fill the defaults of ``--tiny`` or not; return the ``--account`` policy: CPU runs are accounted first (what
+    fits is decided on it), CUDA runs may try first."""
     defaults = (TINY_MODEL, TINY_SIZES, 1) if args.tiny else ('nalasr_light', DEFAULT_SIZES, 3)
-    args.model, args.sizes, args.repeats = (given if given is not None else default for given, default in
+    args.model, args.sizes, args.repeats = (default if given is None else given for given, default in
                                             zip((args.model, args.sizes, args.repeats), defaults))
     if args.batch < 1 or args.repeats < 1 or args.warmup < 0:
         raise ConfigError(f'--batch and --repeats must be positive and --warmup >= 0, got {args.batch}, '
                           f'{args.repeats}, {args.warmup}')
-    if args.no_measure:
-        return 'all'
-    policy = args.account or ('all' if args.device == 'cpu' else 'unmeasured')
+    policy = 'all' if args.no_measure else args.account or ('all' if args.device == 'cpu' else 'unmeasured')
     if args.device == 'cpu' and policy != 'all':
         raise ConfigError(f'--account {policy} is for CUDA runs, where a run too large for the GPU fails with an '
                           f'out-of-memory error; on CPU every run is accounted first so that none exhausts the memory')
@@ -112,9 +114,8 @@ def make_step(spec: ModelSpec, slot: str, size: Tuple[int, int], mode: str, scal
 
 def account(spec: ModelSpec, run: Dict, args: argparse.Namespace) -> Dict:
     """Tensor memory of ``run`` counted on fake tensors (CPU device; CPU autocast for ``amp``)."""
-    memory = fake_memory(lambda: make_step(spec, run['slot'], tuple(run['size']), run['mode'], args.scale,
-                                           args.batch, torch.device('cpu'), run['amp'], fake=True))
-    return dict(peak_mb=memory.peak_mb, extra_mb=memory.extra_mb)
+    return asdict(fake_memory(lambda: make_step(spec, run['slot'], tuple(run['size']), run['mode'], args.scale,
+                                                args.batch, torch.device('cpu'), run['amp'], fake=True)))
 
 
 def memory_worker(job: Dict) -> Dict:
@@ -139,49 +140,46 @@ def measure_memory(run: Dict, args: argparse.Namespace) -> Dict:
 
 
 def memory_budget_mb(args: argparse.Namespace) -> float:
+    """``--max-memory-gb`` in MiB, else 85% of the GPU's memory or of the memory available now."""
     if args.max_memory_gb is not None:
         return args.max_memory_gb * 1024
     if args.device == 'cuda':
         return 0.85 * torch.cuda.get_device_properties(0).total_memory / MIB
-    available = available_memory_mb()
-    if available is None:
-        available = os.sysconf('SC_PAGE_SIZE') * os.sysconf('SC_PHYS_PAGES') / MIB
-    return 0.85 * available
+    return 0.85 * (available_memory_mb() or os.sysconf('SC_PAGE_SIZE') * os.sysconf('SC_PHYS_PAGES') / MIB)
 
 
-def run_memory(run: Dict) -> Tuple[Optional[float], Optional[str]]:
-    """A run's peak MiB and its source: measured, else accounted (None if neither)."""
-    for source in ('measured', 'accounted'):
-        if (run.get(source) or {}).get('peak_mb') is not None:
-            return run[source]['peak_mb'], source
-    return None, None
+def peak_mb(run: Dict, source: str) -> Optional[float]:
+    """A run's peak memory (MiB) of ``source``, 'measured' or 'accounted'; None where it has none."""
+    return (run.get(source) or {}).get('peak_mb')
 
 
-def memory_ratio(run: Dict, base: Dict) -> Tuple[Optional[float], Optional[str]]:
-    """Peak memory of ``run`` over ``base``'s and its source: both measured, else both accounted, else None."""
-    for source in ('measured', 'accounted'):
-        mine, theirs = ((r.get(source) or {}).get('peak_mb') for r in (run, base))
-        if mine is not None and theirs:
-            return mine / theirs, source
-    return None, None
+def first_memory(value: Callable[[str], Optional[float]]) -> Tuple[Optional[float], Optional[str]]:
+    """The first ``value(source)`` of :data:`SOURCES` that is not None, and its source; (None, None) if none is."""
+    return next(((v, source) for source in SOURCES if (v := value(source)) is not None), (None, None))
+
+
+def ratio(value: Optional[float], base: Optional[float]) -> Optional[float]:
+    return value / base if value is not None and base else None
+
+
+def run_key(run: Dict) -> Tuple:
+    """The runs compared with each other and timed together: those of a size, mode and amp."""
+    return tuple(run['size']), run['mode'], run['amp']
 
 
 def ratios(runs: List[Dict]) -> List[Dict]:
-    """Each attention type against ``nala`` at the same size, mode and amp: peak memory and time."""
-    groups = {}
-    for run in runs:
-        groups.setdefault((tuple(run['size']), run['mode'], run['amp']), {})[run['slot']] = run
+    """Each attention type against ``nala`` at the same size, mode and amp: peak memory (both measured, else both
+    accounted) and time."""
+    bases = {run_key(run): run for run in runs if run['slot'] == BASELINE}
     table = []
-    for (size, mode, amp), by_slot in groups.items():
-        base = by_slot.get(BASELINE)
-        for slot, run in by_slot.items():
-            if base is None or slot == BASELINE:
-                continue
-            memory, source = memory_ratio(run, base)
-            time_ratio = (run['median_ms'] / base['median_ms']
-                          if run.get('median_ms') is not None and base.get('median_ms') is not None else None)
-            table.append(dict(size=list(size), tokens=size[0] * size[1], mode=mode, amp=amp, slot=slot,
-                              memory_ratio=memory, memory_source=source, time_ratio=time_ratio))
+    for run in runs:
+        base = bases.get(run_key(run))
+        if base is None or run is base:
+            continue
+        memory, source = first_memory(lambda source: ratio(peak_mb(run, source), peak_mb(base, source)))
+        table.append(dict(size=run['size'], tokens=run['tokens'], mode=run['mode'], amp=run['amp'], slot=run['slot'],
+                          memory_ratio=memory, memory_source=source,
+                          time_ratio=ratio(run.get('median_ms'), base.get('median_ms'))))
     return table
 
 
@@ -193,11 +191,11 @@ def add_accounted(spec: ModelSpec, run: Dict, args: argparse.Namespace, budget: 
 
 
 def add_measured(run: Dict, args: argparse.Namespace):
-    memory = attempt(lambda: measure_memory(run, args), args.keep_going, f"memory of {run_label(run)}")
+    label = f"{run['slot']} {run['mode']} {run['size'][0]}x{run['size'][1]} amp {run['amp']}"
+    memory = attempt(lambda: measure_memory(run, args), args.keep_going, f'memory of {label}')
     if isinstance(memory, Failure):  # not timed either
-        run['fits'] = False
-        run['status'] = OUT_OF_MEMORY if memory.status == OUT_OF_MEMORY else f'memory not measured: {memory.error}'
-        run['error'] = memory.error
+        run.update(fits=False, error=memory.error, status=OUT_OF_MEMORY if memory.status == OUT_OF_MEMORY
+                   else f'memory not measured: {memory.error}')
         return
     run['measured'] = memory
     if run.get('accounted') and memory.get('extra_mb') is not None:
@@ -206,29 +204,24 @@ def add_measured(run: Dict, args: argparse.Namespace):
 
 def add_times(spec: ModelSpec, runs: List[Dict], args: argparse.Namespace, device: torch.device,
               timed_group: Callable[[], None]):
+    """Time the runs that fit, the attention types of a size, mode and amp alternating; ``timed_group()`` after
+    each such group."""
     groups = {}
     for run in runs:
         if run['fits']:
-            groups.setdefault((run['amp'], run['mode'], tuple(run['size'])), []).append(run)
-    for (amp, mode, size), group in tqdm(groups.items(), desc='time'):
-        builders = {run['slot']: (lambda run=run: make_step(spec, run['slot'], size, mode, args.scale, args.batch,
-                                                            device, amp)) for run in group}
+            groups.setdefault(run_key(run), []).append(run)
+    for (size, mode, amp), group in tqdm(groups.items(), desc='time'):
+        builders = {run['slot']: (lambda slot=run['slot']: make_step(spec, slot, size, mode, args.scale, args.batch,
+                                                                     device, amp)) for run in group}
         timing = time_steps(builders, device, args.warmup, args.repeats, args.keep_going,
                             f'{mode} {size[0]}x{size[1]} amp {amp}')
         timing.steps.clear()
         free_memory(device)
         for run in group:
-            run['contention'] = timing.contention
-            if run['slot'] in timing.failures:
-                failure = timing.failures[run['slot']]
-                run.update(status=f'not timed: {failure.error}', error=failure.error)
-            else:
-                run.update(summarize(timing.samples[run['slot']], args.batch))
+            run.update(contention=timing.contention, **timing.row(run['slot'], args.batch))
+            if run['status'] != 'ok':
+                run['status'] = f"not timed: {run['error']}"
         timed_group()
-
-
-def run_label(run: Dict) -> str:
-    return f"{run['slot']} {run['mode']} {run['size'][0]}x{run['size'][1]} amp {run['amp']}"
 
 
 def run_benchmark(args: argparse.Namespace, save: Callable[[Dict], None] = lambda report: None) -> Dict:
@@ -247,9 +240,9 @@ def run_benchmark(args: argparse.Namespace, save: Callable[[Dict], None] = lambd
         accounting_policy=policy, window_attention_fused=use_fused_attn(experimental=True),
         accounted='tensor storage counted on fake tensors (nalaformer.analysis.tensor_memory), CPU device',
         measured=('torch.cuda.max_memory_allocated' if device.type == 'cuda' else
-                  'VmHWM of a fresh process, ' + mmap_setting(args.memory_mmap_threshold)))
-    meta['malloc_timing'] = malloc_setting(device.type == 'cpu' and not args.no_malloc_tuning and not args.no_time
-                                           and tune_malloc())
+                  'VmHWM of a fresh process, ' + mmap_setting(args.memory_mmap_threshold)),
+        malloc_timing=malloc_setting(device.type == 'cpu' and not (args.no_malloc_tuning or args.no_time)
+                                     and tune_malloc()))
     runs = [dict(slot=slot, mode=mode, size=list(size), tokens=size[0] * size[1], amp=amp, accounted=None,
                  measured=None, fits=True, status='ok')
             for amp in args.amp for mode in args.modes for size in sizes for slot in args.attn_types]
@@ -257,51 +250,44 @@ def run_benchmark(args: argparse.Namespace, save: Callable[[Dict], None] = lambd
     def report(finished: bool = False) -> Dict:
         return dict(meta=finish_meta(meta, finished), runs=runs, ratios=ratios(runs))
 
-    if policy == 'all':
-        for run in tqdm(runs, desc='accounted memory (fake tensors)'):
+    def add_all_accounted(chosen: List[Dict]):
+        for run in tqdm(chosen, desc='accounted memory (fake tensors)'):
             add_accounted(spec, run, args, budget)
+
+    if policy == 'all':
+        add_all_accounted(runs)
     if args.no_measure:
         for run in runs:
-            run['fits'] = False
-            if run['status'] == 'ok':
-                run['status'] = 'accounted only (--no-measure)'
+            run.update(fits=False, status='accounted only (--no-measure)' if run['status'] == 'ok' else run['status'])
     else:
         for run in tqdm([r for r in runs if r['fits']], desc='measured memory'):
             add_measured(run, args)
             save(report())
         if policy == 'unmeasured':
-            for run in tqdm([r for r in runs if not r['fits']], desc='accounted memory (fake tensors)'):
-                add_accounted(spec, run, args, budget)
+            add_all_accounted([r for r in runs if not r['fits']])
         if not args.no_time:
             add_times(spec, runs, args, device, lambda: save(report()))
     return report(finished=True)
 
 
-def paper_ratios() -> Dict[str, float]:
-    return dict(memory=PAPER['memory_gb'][0] / PAPER['memory_gb'][1],
-                time=PAPER['latency_ms'][0] / PAPER['latency_ms'][1])
-
-
 def table(report: Dict) -> str:
     """Per run: memory (measured / accounted, MiB), time, and the ratios to nala; then the paper's ratios."""
-    by_key = {(tuple(r['size']), r['mode'], r['amp'], r['slot']): r for r in report['ratios']}
+    ratios_of = {(*run_key(r), r['slot']): r for r in report['ratios']}
     fmt, rows = format_optional, []
     for run in report['runs']:
-        ratio = by_key.get((tuple(run['size']), run['mode'], run['amp'], run['slot']), {})
-        memory_ratio = ratio.get('memory_ratio')
+        vs_nala = ratios_of.get((*run_key(run), run['slot']), {})
+        memory_ratio = vs_nala.get('memory_ratio')
         rows.append([run['mode'], run['amp'], f"{run['size'][0]}x{run['size'][1]} ({run['tokens']:,})", run['slot'],
-                     fmt((run.get('measured') or {}).get('peak_mb'), '.0f'),
-                     fmt((run.get('accounted') or {}).get('peak_mb'), '.0f'),
+                     fmt(peak_mb(run, 'measured'), '.0f'), fmt(peak_mb(run, 'accounted'), '.0f'),
                      fmt(run.get('measured_over_accounted'), '.3f'), fmt(run.get('median_ms'), '.1f'),
-                     '' if memory_ratio is None else f"{memory_ratio:.2f} ({ratio['memory_source']})",
-                     fmt(ratio.get('time_ratio'), '.2f'), run['status']])
-    paper = paper_ratios()
+                     '' if memory_ratio is None else f"{memory_ratio:.2f} ({vs_nala['memory_source']})",
+                     fmt(vs_nala.get('time_ratio'), '.2f'), run['status']])
     return markdown_table(['mode', 'amp', 'LR size (tokens)', 'global slot', 'peak MiB measured', 'peak MiB accounted',
                            'measured / accounted (extra)', 'ms (median)', 'x nala memory', 'x nala time', 'status'],
                           rows) + (
         f"\n\nPaper (softmax SR transformer / NaLa, 70K+ tokens): memory {PAPER['memory_gb'][0]:g} -> "
-        f"{PAPER['memory_gb'][1]:g} GB = {paper['memory']:.1f}x, latency {PAPER['latency_ms'][0]:g} -> "
-        f"{PAPER['latency_ms'][1]:g} ms = {paper['time']:.2f}x.")
+        f"{PAPER['memory_gb'][1]:g} GB = {PAPER_RATIOS['memory']:.1f}x, latency {PAPER['latency_ms'][0]:g} -> "
+        f"{PAPER['latency_ms'][1]:g} ms = {PAPER_RATIOS['time']:.2f}x.")
 
 
 def plot(report: Dict, path: Path):
@@ -312,20 +298,20 @@ def plot(report: Dict, path: Path):
     slots = list(dict.fromkeys(r['slot'] for r in runs))
     sizes = list(dict.fromkeys(tuple(r['size']) for r in runs))
     labels = [f'{h}x{w}\n({h * w:,} tokens)' for h, w in sizes]
+    run_of = {(*run_key(r), r['slot']): r for r in runs}
     fig, axes = panels(len(rows), 2, 6.5, 3.8)
     for (mode, amp), (ax_memory, ax_time) in zip(rows, axes):
-        picked = {slot: [next((r for r in runs if (r['mode'], r['amp'], r['slot'], tuple(r['size']))
-                               == (mode, amp, slot, size)), {}) for size in sizes] for slot in slots}
-        grouped_bars(ax_memory, labels, {s: [run_memory(r)[0] for r in rs] for s, rs in picked.items()},
-                     hatches={s: ['//' if run_memory(r)[1] == 'accounted' else '' for r in rs]
-                              for s, rs in picked.items()})
+        picked = {slot: [run_of.get((size, mode, amp, slot), {}) for size in sizes] for slot in slots}
+        memory = {s: [first_memory(partial(peak_mb, r)) for r in rs] for s, rs in picked.items()}  # measured first
+        grouped_bars(ax_memory, labels, {s: [mb for mb, _ in m] for s, m in memory.items()},
+                     hatches={s: ['//' if source == 'accounted' else '' for _, source in m] for s, m in memory.items()})
         grouped_bars(ax_time, labels, {s: [r.get('median_ms') for r in rs] for s, rs in picked.items()})
         ax_memory.set_yscale('log')
         ax_memory.set_title(f'{mode}, amp {amp}: peak memory (MiB, log; hatched: accounted only)', fontsize=9)
         ax_time.set_title(f'{mode}, amp {amp}: time (ms)', fontsize=9)
-    meta, paper = report['meta'], paper_ratios()
+    meta = report['meta']
     fig.suptitle(f"{meta['model']} x{meta['scale']}, batch {meta['batch']}, {meta['device_name']}; paper: memory "
-                 f"{paper['memory']:.1f}x, time {paper['time']:.2f}x (softmax / NaLa)", fontsize=9)
+                 f"{PAPER_RATIOS['memory']:.1f}x, time {PAPER_RATIOS['time']:.2f}x (softmax / NaLa)", fontsize=9)
     save_figure(fig, path, rect=(0, 0, 1, 0.95))
 
 

@@ -2,16 +2,13 @@
 
 For every attn_type, seed and conv-mixer setting: trains the pico NaLaFormer (one attn_type in all stages,
 ``--epochs``) with ``tools/train.py``, then measures |q| against attention entropy and the norm sweep in every stage on
-``--measure-images`` test images (docs/mechanism_study.md: the method and its cost). The study, and a pipeline check::
+``--measure-images`` test images (docs/mechanism_study.md: the method, its cost, a smaller pipeline check)::
 
     python3 tools/analysis/study.py classification --out docs/mechanism_study
-    python3 tools/analysis/study.py classification --attn-types softmax relu --seeds 0 --conv-mixers off \\
-        --epochs 3 --train-per-class 100 --val-per-class 20 --measure-images 8 --work-dir /tmp/ms --out /tmp/ms/study
 """
 import argparse
-import json
+import functools
 import math
-import shlex
 import textwrap
 import threading
 import time
@@ -23,12 +20,14 @@ import torch
 from ...datasets import write_brightest_of_four, write_imagefolder
 from ..images import load_images
 from ..mechanism import (
-    ABLATION_CHAIN, STUDY_ATTN_TYPES, compare, format_mean_std, measure_stages, summarise, sweep_norms, verdict,
+    ABLATION_CHAIN, STUDY_ATTN_TYPES, format_mean_std, measure_stages, summarise_kernels, sweep_norms, verdict,
 )
 from ..models import create_model, parse_model_spec
 from ..machine import CHECKOUT
-from ..results import markdown_table
-from .runs import add_study_args, plot_study, run_jobs, run_tool, write_report
+from .runs import (
+    add_study_args, mechanism_table, plot_study, read_scalars, run_jobs, run_tool, study_markdown, study_report,
+    write_report,
+)
 
 MEASURING = threading.Lock()
 CONFIG = CHECKOUT / 'configs' / 'nalaformer' / 'nalaformer-pico_1xb64-10e_fashion-mnist-32px.py'
@@ -43,7 +42,7 @@ def add_arguments(parser: argparse.ArgumentParser):
     parser.add_argument('--task', default='fashion-mnist', choices=TASKS,
                         help='fashion-mnist: the items themselves; brightest-of-four: a 2x2 mosaic of items, the '
                              'label is the class of the one not dimmed (nalaformer.datasets.write_brightest_of_four)')
-    add_study_args(parser, STUDY_ATTN_TYPES, (0, 1, 2, 3, 4), 'mechanism_study', 'mechanism_study')
+    add_study_args(parser, STUDY_ATTN_TYPES, (0, 1, 2, 3, 4), 'mechanism_study')
     parser.add_argument('--conv-mixers', nargs='+', default=['off', 'on'], choices=list(MIXERS),
                         help='with (on) and/or without (off) the convolutional token mixers')
     parser.add_argument('--epochs', type=int, default=6)
@@ -63,9 +62,6 @@ def write_config(args: argparse.Namespace, directory: Path, attn_type: str, conv
     """A config inheriting the pico Fashion-MNIST config: one attn_type in all stages, the schedule shrunk to
     ``--epochs``, no EMA, validation after the last epoch only, a checkpoint each epoch (for resuming)."""
     epochs = args.epochs
-    loaders = {split: dict(batch_size=args.batch_size if split == 'train' else 256, num_workers=args.workers,
-                           persistent_workers=False, dataset=dict(data_root=str(args.data.resolve())))
-               for split in ('train', 'val', 'test')}
     entries = dict(
         model=dict(attn_types=(attn_type,) * 4, conv_mixers=conv_mixers),
         train_cfg=dict(by_epoch=True, max_epochs=epochs, val_interval=epochs),
@@ -76,8 +72,10 @@ def write_config(args: argparse.Namespace, directory: Path, attn_type: str, conv
         randomness=dict(seed=seed, deterministic=False),
         custom_hooks=[dict(type='EpochSeedHook'), dict(type='ResumableCheckpointHook')],
         default_hooks=dict(logger=dict(interval=50), checkpoint=dict(interval=1, max_keep_ckpts=2, save_best=None)),
-        **{f'{split}_dataloader': loader for split, loader in loaders.items()},
-    )
+        **{f'{split}_dataloader': dict(batch_size=args.batch_size if split == 'train' else 256,
+                                       num_workers=args.workers, persistent_workers=False,
+                                       dataset=dict(data_root=str(args.data.resolve())))
+           for split in ('train', 'val', 'test')})
     text = [f'_base_ = [{str(CONFIG)!r}]'] + [f'{key} = {value!r}' for key, value in entries.items()]
     config = directory / f'{attn_type}_mixers{"on" if conv_mixers else "off"}_seed{seed}.py'
     config.write_text('\n'.join(text) + '\n')
@@ -86,9 +84,7 @@ def write_config(args: argparse.Namespace, directory: Path, attn_type: str, conv
 
 def final_top1(directory: Path, epochs: int) -> float:
     """Top-1 of the validation after the last epoch, from mmengine's scalars (any timestamp folder)."""
-    rows = [json.loads(line) for scalars in sorted(directory.glob('*/vis_data/scalars.json'))
-            for line in scalars.read_text().splitlines() if 'accuracy/top1' in line]
-    final = [row for row in rows if row.get('step') == epochs]
+    final = [row for row in read_scalars(directory) if 'accuracy/top1' in row and row.get('step') == epochs]
     if not final:
         raise RuntimeError(f'no validation after epoch {epochs} in {directory}/*/vis_data/scalars.json')
     return float(final[-1]['accuracy/top1'])
@@ -120,10 +116,7 @@ def train_and_measure(args: argparse.Namespace, settings: Dict, job: tuple, dire
 
 
 def describe(result: Dict) -> str:
-    stage0 = result['stages'][0]
-    spearman = stage0['spearman'] if stage0['spearman'] is not None else float('nan')
-    return (f"mixers {result['conv_mixers']} {result['kernel']:11s} seed {result['seed']}: "
-            f"top-1 {result['top1']:.2f}%  Spearman s1 {spearman:+.3f}  sweep ΔH s1 {stage0['sweep_change']:+.3f}")
+    return f"mixers {result['conv_mixers']} {result['kernel']:11s} seed {result['seed']}: top-1 {result['top1']:.2f}%"
 
 
 def verdicts(cells: Dict[str, Dict[str, Dict]]) -> List[Dict]:
@@ -134,9 +127,8 @@ def verdicts(cells: Dict[str, Dict[str, Dict]]) -> List[Dict]:
         pairs = [(a, 'softmax') for a in by_type if a != 'softmax'] + \
                 [(a, 'nala') for a in by_type if a not in ('nala', 'softmax')] + \
                 list(zip(ABLATION_CHAIN, ABLATION_CHAIN[1:]))
-        for a, b in dict.fromkeys(pairs):
-            if a in by_type and b in by_type:
-                out.append(verdict(a, b, by_type[a]['top1'], by_type[b]['top1'], conv_mixers=mixers))
+        out += [verdict(a, b, by_type[a]['top1'], by_type[b]['top1'], conv_mixers=mixers)
+                for a, b in dict.fromkeys(pairs) if a in by_type and b in by_type]
     if {'on', 'off'} <= set(cells):
         out += [verdict(f'{a} (on)', f'{a} (off)', cells['on'][a]['top1'], cells['off'][a]['top1'],
                         conv_mixers='on vs off') for a in cells['on'] if a in cells['off']]
@@ -144,28 +136,12 @@ def verdicts(cells: Dict[str, Dict[str, Dict]]) -> List[Dict]:
 
 
 def markdown(report: Dict) -> str:
-    stages = [s for s in next(iter(next(iter(report['cells'].values())).values()))['stages'] if 'spearman' in s]
-    header = ['conv mixers', 'kernel', 'seeds', 'top-1 (%)'] + \
-             [f"Spearman(\\|q\\|, H) stage {s['stage'] + 1} ({s['tokens']} tok.)" for s in stages] + \
-             ['stage 1 Spearman vs 0', 'sweep ΔH stage 1 (nats)', 'sweep max \\|ΔH\\| stage 1']
-    rows = []
-    for mixers, by_type in report['cells'].items():
-        for attn_type, cell in by_type.items():
-            first = cell['stages'][stages[0]['stage']]
-            zero = dict(mean=0.0, std=0.0, n=first['spearman']['n'])
-            rows.append([mixers, attn_type, str(len(cell['seeds'])), format_mean_std(cell['top1'])]
-                        + [format_mean_std(cell['stages'][s['stage']]['spearman'], signed=True) for s in stages]
-                        + [compare(first['spearman'], zero) if first['spearman']['mean'] is not None else 'n/a',
-                           format_mean_std(first['sweep_change'], 3, signed=True),
-                           f"{first['sweep_max_abs_change']['mean']:.1e}"
-                           if first['sweep_max_abs_change']['mean'] is not None else '–'])
-    return '\n'.join([
-        f"Command: `{report['command']}`", '', f"Settings: {report['settings_text']}", '', markdown_table(header, rows),
-        '', '"Spearman vs 0": < or > when the mean is farther from 0 than one standard deviation, else tie.', '',
-        'Top-1 verdicts (tie: |difference| < the larger standard deviation; n/a: fewer than 2 seeds):', '',
-        markdown_table(['conv mixers', 'a', 'b', 'a − b (points)', 'larger std', 'verdict'],
-                       [[v['conv_mixers'], v['a'], v['b'], f"{v['diff']:+.2f}", f"{v['spread']:.2f}", v['verdict']]
-                        for v in report['verdicts']])]) + '\n'
+    rows = [([mixers, attn_type, str(len(cell['seeds'])), format_mean_std(cell['top1'])], cell)
+            for mixers, by_type in report['cells'].items() for attn_type, cell in by_type.items()]
+    table = mechanism_table(['conv mixers', 'kernel', 'seeds', 'top-1 (%)'], rows, 'stage', True, True)
+    note = '"Spearman vs 0": < or > when the mean is farther from 0 than one standard deviation, else tie.'
+    return study_markdown(report, [f"Command: `{report['command']}`"], table, 'Top-1', 'points', 2, [note],
+                          group='conv_mixers')
 
 
 def plot(report: Dict, path: Path) -> None:
@@ -187,24 +163,17 @@ def main(args: argparse.Namespace) -> int:
     jobs = [(m, a, s) for m in args.conv_mixers for a in args.attn_types for s in args.seeds]
     runs = run_jobs(args, jobs, settings,
                     lambda job: args.work_dir / args.task / f'mixers_{job[0]}' / job[1] / f'seed{job[2]}',
-                    lambda job, directory: train_and_measure(args, settings, job, directory), describe)
-    cells: Dict[str, Dict[str, Dict]] = {}
-    for mixers in args.conv_mixers:
-        for attn_type in args.attn_types:
-            chosen = [r for r in runs if r['conv_mixers'] == mixers and r['kernel'] == attn_type]
-            if chosen:
-                cells.setdefault(mixers, {})[attn_type] = summarise(chosen)
+                    functools.partial(train_and_measure, args, settings), describe, 'stage')
+    by_mixers = {m: summarise_kernels(runs, args.attn_types, ('top1',), conv_mixers=m) for m in args.conv_mixers}
+    cells = {mixers: by_type for mixers, by_type in by_mixers.items() if by_type}
+    for stage in (s for by_type in cells.values() for cell in by_type.values() for s in cell['stages']):
+        stage['log_n'] = math.log(stage['tokens'])
     task = 'Fashion-MNIST' if args.task == 'fashion-mnist' else 'brightest-of-four Fashion-MNIST mosaics'
     text = (f"pico NaLaFormer (embed 16/32/48/64, depth 1 per stage), one kernel in all stages, {task} "
             f"{INPUT_SIZE} px, {args.train_per_class} train images/class, {args.epochs} epochs, batch "
             f"{args.batch_size}, top-1 on {args.val_per_class or 'all 1,000'} test images/class (raw weights, "
             f"after the last epoch); q, k of {args.measure_images} test images; mean ± sample std over seeds")
-    for cell in (c for by_type in cells.values() for c in by_type.values()):
-        for stage in cell['stages']:
-            stage['log_n'] = math.log(stage['tokens'])
-    report = dict(command=shlex.join(['python3', 'tools/analysis/study.py', *args.argv]), settings=settings,
-                  settings_text=text, kernels=args.attn_types, seeds=args.seeds, conv_mixers=args.conv_mixers,
-                  sweep_norms=sweep_norms().tolist(), tie_rule='tie when |mean a - mean b| < max(std a, std b)',
-                  cells=cells, verdicts=verdicts(cells), runs=runs)
+    report = study_report(args, settings, text, args.attn_types, cells, verdicts(cells), runs,
+                          conv_mixers=args.conv_mixers)
     write_report(args.out, report, markdown(report), plot)
     return 0

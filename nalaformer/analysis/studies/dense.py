@@ -16,59 +16,58 @@ import shlex
 import shutil
 import time
 from pathlib import Path
-from typing import Dict, List
+from typing import Any, Dict, List, Optional, Tuple
 
 from ...datasets import CLASSES, write_scenes
 from ...errors import ConfigError
 from ..machine import CHECKOUT
 from ..models import ModelSpec, create_model
 from ..plots import panels, save_figure
-from ..results import write_json
-from .runs import run_tool
+from ..results import write_report
+from .runs import read_scalars, run_tool
 
 CONFIGS = {
     'det': CHECKOUT / 'configs' / 'coco' / 'mask-rcnn_nalaformer-xt_fpn_1x_coco.py',
     'seg': CHECKOUT / 'configs' / 'ade20k' / 'upernet_nalaformer-xt_8xb2-160k_ade20k-512x512.py',
 }
 METRICS = {'det': ('coco/bbox_mAP', 'coco/segm_mAP'), 'seg': ('mIoU',)}
+_RESNET18 = dict(depth=18, out_indices=(0, 1, 2, 3), frozen_stages=-1, norm_eval=False, style='pytorch',
+                 norm_cfg=dict(type='BN', requires_grad=True), init_cfg=None)
 RESNET18 = {  # from scratch, BatchNorm trained, nothing frozen: as the NaLaFormer backbone is run here
-    'det': dict(type='mmdet.ResNet', depth=18, out_indices=(0, 1, 2, 3), frozen_stages=-1, norm_eval=False,
-                norm_cfg=dict(type='BN', requires_grad=True), style='pytorch', init_cfg=None),
-    'seg': dict(type='mmseg.ResNetV1c', depth=18, out_indices=(0, 1, 2, 3), frozen_stages=-1, norm_eval=False,
-                norm_cfg=dict(type='BN', requires_grad=True), style='pytorch', init_cfg=None,
-                dilations=(1, 1, 1, 1), strides=(1, 2, 2, 2), contract_dilation=True),
+    'det': dict(type='mmdet.ResNet', **_RESNET18),
+    'seg': dict(type='mmseg.ResNetV1c', **_RESNET18, dilations=(1, 1, 1, 1), strides=(1, 2, 2, 2),
+                contract_dilation=True),
 }
 RESNET18_CHANNELS = [64, 128, 256, 512]
+# the arguments a result records
+SETTINGS = ('iters', 'eval_every', 'batch', 'lr', 'warmup', 'images', 'size', 'head_channels', 'cfg_options')
 
 
-def _backbone_overrides(task: str, backbone: str, options: Dict) -> Dict:
-    """model.* overrides that put ``backbone`` (from scratch) under the config's neck/heads."""
+def _model_overrides(task: str, backbone: str, options: Dict, size: int, head_channels: Optional[int]) -> Dict:
+    """model.* overrides: ``backbone`` (from scratch) under the config's neck and heads, the scenes' classes and
+    size, and with ``head_channels`` the width of the neck and heads (the configs: 256, UperNet 512)."""
     if backbone == 'resnet18':
-        channels = RESNET18_CHANNELS
-        model = dict(backbone=dict(_delete_=True, **RESNET18[task]))
+        channels, model = RESNET18_CHANNELS, dict(backbone=dict(_delete_=True, **RESNET18[task]))
     else:
         wrapper_args = {k: options[k] for k in ('frozen_stages', 'norm_eval', 'out_norms') if k in options}
         model_args = {k: v for k, v in options.items() if k not in wrapper_args}
         channels = create_model(ModelSpec(backbone, model_args), features_only=True).feature_info.channels()
         model = dict(backbone=dict(arch=backbone, init_cfg=None, **{'norm_eval': False, 'frozen_stages': -1,
                                                                      **wrapper_args}, **model_args))
+    c, n = head_channels or 0, len(CLASSES)
     if task == 'det':
-        model['neck'] = dict(in_channels=channels)
-    else:
-        model['decode_head'] = dict(in_channels=channels)
-        model['auxiliary_head'] = dict(in_channels=channels[2])
-    return model
-
-
-def _narrow_heads(task: str, channels: int) -> Dict:
-    """model.* overrides giving the neck and heads ``channels`` channels (the configs: 256, UperNet 512)."""
-    if task == 'det':
-        return dict(neck=dict(out_channels=channels), rpn_head=dict(in_channels=channels, feat_channels=channels),
-                    roi_head=dict(bbox_roi_extractor=dict(out_channels=channels),
-                                  bbox_head=dict(in_channels=channels, fc_out_channels=4 * channels),
-                                  mask_roi_extractor=dict(out_channels=channels),
-                                  mask_head=dict(in_channels=channels, conv_out_channels=channels)))
-    return dict(decode_head=dict(channels=channels), auxiliary_head=dict(channels=channels // 2))
+        model.update(neck=dict(in_channels=channels),
+                     roi_head=dict(bbox_head=dict(num_classes=n), mask_head=dict(num_classes=n)))
+        width = dict(neck=dict(out_channels=c), rpn_head=dict(in_channels=c, feat_channels=c),
+                     roi_head=dict(bbox_roi_extractor=dict(out_channels=c), mask_roi_extractor=dict(out_channels=c),
+                                   bbox_head=dict(in_channels=c, fc_out_channels=4 * c),
+                                   mask_head=dict(in_channels=c, conv_out_channels=c)))
+    else:  # the classes: background + the items
+        model.update(decode_head=dict(in_channels=channels, num_classes=n + 1),
+                     auxiliary_head=dict(in_channels=channels[2], num_classes=n + 1),
+                     data_preprocessor=dict(size=(size, size)))
+        width = dict(decode_head=dict(channels=c), auxiliary_head=dict(channels=c // 2))
+    return _merge(model, width) if head_channels else model
 
 
 def _merge(a: Dict, b: Dict) -> Dict:
@@ -78,75 +77,58 @@ def _merge(a: Dict, b: Dict) -> Dict:
     return out
 
 
+def _dataset(task: str, root: Path, split: str, pipeline: List[Dict]) -> Dict:
+    """A loader's dataset: the scenes under ``root`` (COCO: train2017 to train on, val2017 to evaluate)."""
+    if task == 'seg':
+        return dict(data_root=str(root), pipeline=pipeline)
+    name = 'train' if split == 'train' else 'val'
+    return dict(data_root=str(root), metainfo=dict(classes=CLASSES), ann_file=f'annotations/instances_{name}2017.json',
+                data_prefix=dict(img=f'{name}2017/'), pipeline=pipeline)
+
+
+def _pipelines(task: str, size: int) -> Tuple[List[Dict], List[Dict]]:
+    """The train and test pipelines at the scenes' own size (a Resize to it records the scale factor the heads read):
+    the configs' rescaling, cropping and photometric distortion are left out so that both backbones fit exactly
+    the images they are evaluated on."""
+    load, resize = dict(type='LoadImageFromFile'), dict(type='Resize', scale=(size, size), keep_ratio=True)
+    if task == 'det':
+        labels, pack = dict(type='LoadAnnotations', with_bbox=True, with_mask=True), dict(type='PackDetInputs')
+        test_pack = dict(pack, meta_keys=('img_id', 'img_path', 'ori_shape', 'img_shape', 'scale_factor'))
+    else:
+        labels, pack = dict(type='LoadAnnotations', reduce_zero_label=True), dict(type='PackSegInputs')
+        test_pack = pack
+    return [load, labels, resize, dict(type='RandomFlip', prob=0.5), pack], [load, resize, labels, test_pack]
+
+
 def fit_config(task: str, backbone: str, args: argparse.Namespace, options: Dict) -> Path:
     """Write and return a config that inherits the project's config and changes only data, backbone,
     schedule (and with ``--head-channels`` the heads' width)."""
-    data_root, work_dir = args.work_dir / 'scenes', args.work_dir / f'{task}_{backbone}'
-    iters, eval_every, batch, lr, warmup, size = args.iters, args.eval_every, args.batch, args.lr, args.warmup, args.size
-    model = _backbone_overrides(task, backbone, options)
-    if args.head_channels:
-        model = _merge(model, _narrow_heads(task, args.head_channels))
-    schedule = dict(
-        train_cfg=dict(_delete_=True, type='IterBasedTrainLoop', max_iters=iters, val_interval=eval_every),
-        param_scheduler=[dict(type='LinearLR', start_factor=1e-3, by_epoch=False, begin=0, end=warmup)],
+    root = args.work_dir / 'scenes' / ('coco' if task == 'det' else 'ade/ADEChallengeData2016')
+    model = _model_overrides(task, backbone, options, args.size, args.head_channels)
+    entries = dict(
+        model=model,
+        train_cfg=dict(_delete_=True, type='IterBasedTrainLoop', max_iters=args.iters, val_interval=args.eval_every),
+        param_scheduler=[dict(type='LinearLR', start_factor=1e-3, by_epoch=False, begin=0, end=args.warmup)],
         log_processor=dict(by_epoch=False, window_size=1),
         default_hooks=dict(logger=dict(interval=1, log_metric_by_epoch=False),  # metrics at their iteration
-                           checkpoint=dict(by_epoch=False, interval=iters, max_keep_ckpts=1)),
+                           checkpoint=dict(by_epoch=False, interval=args.iters, max_keep_ckpts=1)),
         randomness=dict(seed=0),
-        optim_wrapper=dict(optimizer=dict(lr=lr)))
-    sampler = dict(type='InfiniteSampler', shuffle=True)  # mmengine pauses 2 s at each epoch end otherwise
+        optim_wrapper=dict(optimizer=dict(lr=args.lr)))
     if task == 'det':
-        model = _merge(model, dict(roi_head=dict(bbox_head=dict(num_classes=len(CLASSES)),
-                                                 mask_head=dict(num_classes=len(CLASSES)))))
-        root = data_root / 'coco'
-        loaders = {split: dict(batch_size=batch if split == 'train' else 1, num_workers=0, persistent_workers=False,
-                               **(dict(sampler=sampler) if split == 'train' else {}),
-                               dataset=dict(data_root=str(root), metainfo=dict(classes=CLASSES),
-                                            ann_file=f'annotations/instances_{"train" if split == "train" else "val"}2017.json',
-                                            data_prefix=dict(img=f'{"train" if split == "train" else "val"}2017/')))
-                   for split in ('train', 'val', 'test')}
-        evaluator = dict(ann_file=str(root / 'annotations' / 'instances_val2017.json'))
-        extra = dict(val_evaluator=evaluator, test_evaluator=evaluator)
-    else:
-        num_classes = len(CLASSES) + 1  # background + the items
-        model['decode_head'].update(num_classes=num_classes)
-        model['auxiliary_head'].update(num_classes=num_classes)
-        model['data_preprocessor'] = dict(size=(size, size))
-        root = data_root / 'ade' / 'ADEChallengeData2016'
-        loaders = {split: dict(batch_size=batch if split == 'train' else 1, num_workers=0, persistent_workers=False,
-                               **(dict(sampler=sampler) if split == 'train' else {}),
-                               dataset=dict(data_root=str(root))) for split in ('train', 'val', 'test')}
-        extra = {}
-    text = [f'_base_ = [{str(CONFIGS[task])!r}]', f'model = {model!r}']
-    for key, value in {**schedule, **extra}.items():
-        text.append(f'{key} = {value!r}')
-    for split, loader in loaders.items():
-        text.append(f'{split}_dataloader = {loader!r}')
-    config = work_dir / f'{task}_{backbone}.py'
+        entries['val_evaluator'] = entries['test_evaluator'] = dict(
+            ann_file=str(root / 'annotations' / 'instances_val2017.json'))
+    train, test = _pipelines(task, args.size)
+    for split in ('train', 'val', 'test'):
+        entries[f'{split}_dataloader'] = dict(
+            batch_size=args.batch if split == 'train' else 1, num_workers=0, persistent_workers=False,
+            # an infinite sampler: mmengine pauses 2 s at each epoch end otherwise
+            **(dict(sampler=dict(type='InfiniteSampler', shuffle=True)) if split == 'train' else {}),
+            dataset=_dataset(task, root, split, train if split == 'train' else test))
+    config = args.work_dir / f'{task}_{backbone}' / f'{task}_{backbone}.py'
     config.parent.mkdir(parents=True, exist_ok=True)
-    config.write_text(_with_pipelines(task, '\n'.join(text), size) + '\n')
+    text = [f'_base_ = [{str(CONFIGS[task])!r}]'] + [f'{key} = {value!r}' for key, value in entries.items()]
+    config.write_text('\n'.join(text) + '\n')
     return config
-
-
-def _with_pipelines(task: str, text: str, size: int) -> str:
-    """Append pipelines at the scenes' own size (a Resize to it records the scale factor the heads read):
-    the configs' rescaling, cropping and photometric distortion are left out so that both backbones fit
-    exactly the images they are evaluated on."""
-    resize = dict(type='Resize', scale=(size, size), keep_ratio=True)
-    if task == 'det':
-        train = [dict(type='LoadImageFromFile'), dict(type='LoadAnnotations', with_bbox=True, with_mask=True), resize,
-                 dict(type='RandomFlip', prob=0.5), dict(type='PackDetInputs')]
-        test = [dict(type='LoadImageFromFile'), resize, dict(type='LoadAnnotations', with_bbox=True, with_mask=True),
-                dict(type='PackDetInputs', meta_keys=('img_id', 'img_path', 'ori_shape', 'img_shape', 'scale_factor'))]
-    else:
-        train = [dict(type='LoadImageFromFile'), dict(type='LoadAnnotations', reduce_zero_label=True), resize,
-                 dict(type='RandomFlip', prob=0.5), dict(type='PackSegInputs')]
-        test = [dict(type='LoadImageFromFile'), resize, dict(type='LoadAnnotations', reduce_zero_label=True),
-                dict(type='PackSegInputs')]
-    lines = [text]
-    for split, pipeline in (('train', train), ('val', test), ('test', test)):
-        lines.append(f'{split}_dataloader["dataset"]["pipeline"] = {pipeline!r}')
-    return '\n'.join(lines)
 
 
 def openmmlab_train_script(task: str) -> Path:
@@ -156,12 +138,10 @@ def openmmlab_train_script(task: str) -> Path:
 
 def read_curves(work_dir: Path, task: str) -> Dict:
     """Per-iteration losses and the metrics of each evaluation from mmengine's scalars.json."""
-    [scalars] = work_dir.glob('*/vis_data/scalars.json')
-    rows = [json.loads(line) for line in scalars.read_text().splitlines()]
+    rows = read_scalars(work_dir)
     losses = [{k: v for k, v in row.items() if k == 'step' or k.startswith(('loss', 'acc'))}
               for row in rows if 'loss' in row]
-    metric_rows = [row for row in rows if METRICS[task][0] in row]
-    metrics = [{'step': row['step'], **{m: row[m] for m in METRICS[task]}} for row in metric_rows]
+    metrics = [{'step': row['step'], **{m: row[m] for m in METRICS[task]}} for row in rows if METRICS[task][0] in row]
     return dict(losses=losses, metrics=metrics)
 
 
@@ -183,8 +163,8 @@ def run_one(task: str, backbone: str, args: argparse.Namespace, options: Dict) -
                 config=str(config), **curves)
 
 
-def plot(results: Dict, task: str, path: Path) -> None:
-    metrics = METRICS[task]
+def plot(results: Dict, path: Path) -> None:
+    metrics = METRICS[results['task']]
     fig, [axes] = panels(1, 1 + len(metrics), 5, 3.6)
     for run in results['runs']:
         label = run['backbone'] + ''.join(f' {k}={v}' for k, v in run['options'].items())
@@ -198,25 +178,27 @@ def plot(results: Dict, task: str, path: Path) -> None:
     save_figure(fig, path)
 
 
-def parse_value(text: str):
+def key_value(text: str) -> Tuple[str, Any]:
+    """An argument ``KEY=VALUE`` as (key, value), the value read as JSON, else the string."""
+    key, sep, value = text.partition('=')
+    if not sep:
+        raise argparse.ArgumentTypeError(f'takes KEY=VALUE, got {text!r}')
     try:
-        return json.loads(text)
+        return key, json.loads(value)
     except json.JSONDecodeError:
-        return text
+        return key, value
 
 
 def add_arguments(parser: argparse.ArgumentParser):
     parser.add_argument('task', choices=sorted(CONFIGS))
     parser.add_argument('--backbones', nargs='+', default=['nalaformer_xt', 'resnet18'],
                         help="timm names of the project's models, or resnet18")
-    parser.add_argument('--backbone-options', nargs='*', default=[], metavar='KEY=VALUE',
+    parser.add_argument('--backbone-options', nargs='*', type=key_value, default=[], metavar='KEY=VALUE',
                         help='keyword arguments of the NaLaFormer backbone (values as JSON, else strings)')
-    parser.add_argument('--iters', type=int, default=300)
-    parser.add_argument('--eval-every', type=int, default=50)
-    parser.add_argument('--batch', type=int, default=4)
+    for flag, default in (('--iters', 300), ('--eval-every', 50), ('--batch', 4), ('--images', 16)):
+        parser.add_argument(flag, type=int, default=default)
     parser.add_argument('--lr', type=float, default=5e-4)
     parser.add_argument('--warmup', type=int, default=50, help='iterations of linear warm-up')
-    parser.add_argument('--images', type=int, default=16)
     parser.add_argument('--size', type=int, default=256, help='side of the square scenes')
     parser.add_argument('--head-channels', type=int, default=None,
                         help="width of the neck and heads (default: the config's; smaller is faster)")
@@ -233,26 +215,16 @@ def main(args: argparse.Namespace) -> int:
     if args.combine:  # runs made separately (e.g. one backbone per core) into one JSON and plot
         results = [json.loads(Path(p).read_text()) for p in args.combine]
         settings = {k: v for k, v in results[0].items() if k not in ('runs', 'command')}
-        for other in results[1:]:
-            differing = [k for k, v in settings.items() if k in other and other[k] != v]
-            if differing:
-                raise ConfigError(f'--combine: runs differ in {differing}; combine runs of one schedule only')
-        results = dict(settings, commands=[r['command'] for r in results], runs=[run for r in results for run in r['runs']])
+        differing = sorted({k for r in results[1:] for k, v in settings.items() if k in r and r[k] != v})
+        if differing:
+            raise ConfigError(f'--combine: runs differ in {differing}; combine runs of one schedule only')
+        results = dict(settings, commands=[r['command'] for r in results],
+                       runs=[run for r in results for run in r['runs']])
     else:
-        options = {}
-        for item in args.backbone_options:
-            key, sep, value = item.partition('=')
-            if not sep:
-                raise ConfigError(f'--backbone-options takes KEY=VALUE, got {item!r}')
-            options[key] = parse_value(value)
         write_scenes(args.work_dir / 'scenes', num_images=args.images, size=args.size)
-        runs: List[Dict] = [run_one(args.task, backbone, args, options) for backbone in args.backbones]
-        results = dict(task=args.task, config=str(CONFIGS[args.task].relative_to(CHECKOUT)), iters=args.iters,
-                       eval_every=args.eval_every, batch=args.batch, lr=args.lr, warmup=args.warmup,
-                       images=args.images, size=args.size, head_channels=args.head_channels,
-                       cfg_options=args.cfg_options,
+        runs = [run_one(args.task, backbone, args, dict(args.backbone_options)) for backbone in args.backbones]
+        results = dict(task=args.task, config=str(CONFIGS[args.task].relative_to(CHECKOUT)),
+                       **{k: getattr(args, k) for k in SETTINGS},
                        command=shlex.join(['python3', 'tools/analysis/study.py', *args.argv]), runs=runs)
-    write_json(out.with_suffix('.json'), results)
-    plot(results, args.task, out.with_suffix('.png'))
-    print(f'wrote {out.with_suffix(".json")} and {out.with_suffix(".png")}')
+    print(write_report(results, out.with_suffix('.json'), plot, out.with_suffix('.png')))
     return 0

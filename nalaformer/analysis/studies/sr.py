@@ -2,15 +2,14 @@
 
 For every attn_type and seed: trains the pico x2 network on the real-photo set with ``tools/train.py``, tests it with
 ``tools/test.py`` (PSNR / SSIM on Y, bicubic alongside), and measures each residual group's global attention on the
-centre ``--measure-size`` crop of each unseen LR image (docs/sr_mechanism_study.md). The study, and a pipeline check::
+centre ``--measure-size`` crop of each unseen LR image (docs/sr_mechanism_study.md; a pipeline check: ``--iters 4
+--measure-size 16``)::
 
     python3 tools/analysis/study.py sr --out docs/sr_mechanism_study
-    python3 tools/analysis/study.py sr --attn-types nala relu --seeds 0 1 --iters 4 --measure-size 16 \\
-        --work-dir /tmp/srm --out /tmp/srm/study
 """
 import argparse
+import functools
 import json
-import shlex
 import time
 from pathlib import Path
 from typing import Dict, List
@@ -23,10 +22,11 @@ from ...checkpoint import Checkpoint, load_checkpoint_into
 from ...datasets import write_photo_datasets
 from ...datasets.super_resolution import TEST_SET
 from ...errors import ConfigError
-from ..mechanism import format_mean_std, measure_global_slots, summarise, sweep_norms, verdict
+from ..mechanism import format_mean_std, measure_global_slots, summarise_kernels, sweep_norms, verdict
 from ..machine import CHECKOUT
-from ..results import markdown_table
-from .runs import add_study_args, plot_study, run_jobs, run_tool, write_report
+from .runs import (
+    add_study_args, mechanism_table, plot_study, run_jobs, run_tool, study_markdown, study_report, write_report,
+)
 
 CONFIG = CHECKOUT / 'configs' / 'sr' / 'nalasr-pico_1xb32-2k_photos-x2.py'
 ATTN_TYPES = ('nala', 'const_power', 'relu', 'softmax')
@@ -36,7 +36,7 @@ RUN_SETTINGS = ('iters', 'measure_size', 'sweep_queries')
 
 
 def add_arguments(parser: argparse.ArgumentParser):
-    add_study_args(parser, ATTN_TYPES, (0, 1, 2), 'sr_mechanism_study', 'sr_mechanism_study')
+    add_study_args(parser, ATTN_TYPES, (0, 1, 2), 'sr_mechanism_study')
     parser.add_argument('--iters', type=int, default=2000, help="training iterations (the config's 2000); the lr "
                                                                  'is halved at 50 / 75 / 90%% of them')
     parser.add_argument('--measure-size', type=int, default=96, help='side of the LR crops whose q, k are measured')
@@ -77,6 +77,7 @@ def measure(args: argparse.Namespace, attn_type: str, checkpoint: Path) -> List[
 
 
 def train_and_measure(args: argparse.Namespace, settings: Dict, job: tuple, directory: Path) -> Dict:
+    """Train with ``tools/train.py``, test with ``tools/test.py`` (PSNR / SSIM), measure the global slots."""
     attn_type, seed = job
     options = cfg_options(args, attn_type, seed)
     start = time.perf_counter()
@@ -95,35 +96,18 @@ def train_and_measure(args: argparse.Namespace, settings: Dict, job: tuple, dire
 
 
 def describe(result: Dict) -> str:
-    first = result['stages'][0]
-    spearman = first['spearman'] if first['spearman'] is not None else float('nan')
-    return (f"{result['kernel']:11s} seed {result['seed']}: PSNR {result['psnr']:.3f} dB (bicubic "
-            f"{result['bicubic_psnr']:.3f})  Spearman g1 {spearman:+.3f}  sweep ΔH g1 {first['sweep_change']:+.3f}")
+    return f"{result['kernel']:11s} seed {result['seed']}: PSNR {result['psnr']:.3f} dB (bicubic " \
+           f"{result['bicubic_psnr']:.3f})"
 
 
 def markdown(report: Dict) -> str:
-    cells = report['cells']
-    groups = next(iter(cells.values()))['stages']
-    header = ['kernel', 'seeds', 'PSNR-Y (dB)', 'SSIM-Y', 'bicubic PSNR'] + \
-             [f"Spearman(\\|q\\|, H) group {g['stage'] + 1}" for g in groups] + \
-             ['sweep ΔH group 1 (nats)', 'sweep max \\|ΔH\\| group 1']
-    rows = []
-    for attn_type, cell in cells.items():
-        first = cell['stages'][0]
-        rows.append([attn_type, str(len(cell['seeds'])), format_mean_std(cell['psnr'], 3),
-                     format_mean_std(cell['ssim'], 4), format_mean_std(cell['bicubic_psnr'], 3)]
-                    + [format_mean_std(g['spearman'], signed=True) for g in cell['stages']]
-                    + [format_mean_std(first['sweep_change'], 3, signed=True),
-                       f"{first['sweep_max_abs_change']['mean']:.1e}"
-                       if first['sweep_max_abs_change']['mean'] is not None else '–'])
-    return '\n'.join([
-        '# The mechanism where tokens are many: NaLa-SR with each kernel in the global slot', '',
-        f"Written by `{report['command']}` (`tools/analysis/study.py sr`; method: nalaformer/analysis/studies/sr.py "
-        f"and docs/mechanism_study.md).", '', f"Settings: {report['settings_text']}", '', markdown_table(header, rows),
-        '', 'PSNR verdicts (tie: |difference| < the larger standard deviation; n/a: fewer than 2 seeds):', '',
-        markdown_table(['a', 'b', 'a − b (dB)', 'larger std', 'verdict'],
-                       [[v['a'], v['b'], f"{v['diff']:+.3f}", f"{v['spread']:.3f}", v['verdict']]
-                        for v in report['verdicts']])]) + '\n'
+    rows = [([attn_type, str(len(cell['seeds'])), format_mean_std(cell['psnr'], 3), format_mean_std(cell['ssim'], 4),
+              format_mean_std(cell['bicubic_psnr'], 3)], cell) for attn_type, cell in report['cells'].items()]
+    table = mechanism_table(['kernel', 'seeds', 'PSNR-Y (dB)', 'SSIM-Y', 'bicubic PSNR'], rows, 'group')
+    intro = ['# The mechanism where tokens are many: NaLa-SR with each kernel in the global slot',
+             f"Written by `{report['command']}` (`tools/analysis/study.py sr`; method: "
+             f"nalaformer/analysis/studies/sr.py and docs/mechanism_study.md)."]
+    return study_markdown(report, intro, table, 'PSNR', 'dB', 3)
 
 
 def plot(report: Dict, path: Path) -> None:
@@ -142,9 +126,8 @@ def main(args: argparse.Namespace) -> int:
         print(f'data: written to {args.data}', flush=True)
     jobs = [(attn_type, seed) for attn_type in args.attn_types for seed in args.seeds]
     runs = run_jobs(args, jobs, settings, lambda job: args.work_dir / job[0] / f'seed{job[1]}',
-                    lambda job, directory: train_and_measure(args, settings, job, directory), describe)
-    cells = {a: summarise([r for r in runs if r['kernel'] == a], METRICS)
-             for a in args.attn_types if any(r['kernel'] == a for r in runs)}
+                    functools.partial(train_and_measure, args, settings), describe, 'group')
+    cells = summarise_kernels(runs, args.attn_types, METRICS)
     pairs = []  # every attn_type vs nala, then vs softmax
     for b in ('nala', 'softmax'):
         pairs += [(a, b) for a in cells if b in cells and a != b and (b, a) not in pairs]
@@ -153,9 +136,7 @@ def main(args: argparse.Namespace) -> int:
             f"(Y, border 2) on the 4 unseen photographs of {TEST_SET}; q, k of each group's global attention on the "
             f"centre {args.measure_size}x{args.measure_size} crop of each unseen LR image "
             f"({args.measure_size ** 2} tokens); mean ± sample std over seeds")
-    report = dict(command=shlex.join(['python3', 'tools/analysis/study.py', *args.argv]), settings=settings,
-                  settings_text=text, kernels=list(cells), seeds=args.seeds, sweep_norms=sweep_norms().tolist(),
-                  tie_rule='tie when |mean a - mean b| < max(std a, std b)', cells=cells,
-                  verdicts=[verdict(a, b, cells[a]['psnr'], cells[b]['psnr']) for a, b in pairs], runs=runs)
+    report = study_report(args, settings, text, list(cells), cells,
+                          [verdict(a, b, cells[a]['psnr'], cells[b]['psnr']) for a, b in pairs], runs)
     write_report(args.out, report, markdown(report), plot)
     return 0
