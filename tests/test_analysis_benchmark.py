@@ -125,6 +125,20 @@ def test_train_run_reports_losses_and_amp(tool, tmp_path, capsys):
     assert '| yes |' in capsys.readouterr().out
 
 
+@pytest.mark.slow
+def test_compile_times_each_model_eager_and_compiled(tool, tmp_path):
+    out_json = tmp_path / 'compiled.json'
+    assert tool.main(['model', '--compile', '--models', 'nalaformer_xt', 'fused:nalaformer_xt', '--sizes', '32',
+                      '--repeats', '2', '--warmup', '1', '--no-memory', '--device', 'cpu', '--out-json',
+                      str(out_json), '--out-png', str(tmp_path / 'compiled.png')]) == 0
+    report = json.loads(out_json.read_text())
+    rows = {r['model']: r for r in report['results']}
+    # the compiled twin of each plain entry (a backend entry keeps its own prefix), timed beside it
+    assert list(rows) == ['nalaformer_xt', 'fused:nalaformer_xt', 'compiled:nalaformer_xt']
+    assert all(r['status'] == 'ok' and r['median_ms'] > 0 for r in rows.values())
+    assert report['meta']['compile'] is True and rows['compiled:nalaformer_xt']['latency_ratio'] > 0
+
+
 @pytest.mark.parametrize('args, message', [
     (['--models', 'swin_tiny_patch4_windw7_224'], "unknown timm model 'swin_tiny_patch4_windw7_224'"),
     (['--sizes', '224x'], 'bad image size'),

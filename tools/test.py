@@ -65,6 +65,8 @@ def trained_classes(checkpoint: Checkpoint):
 def main(argv=None):
     args = parse_args(argv)
     cfg = finalize_config(load_config(args.config, args.cfg_options), args.config, args.work_dir, args.launcher)
+    if args.compile:
+        cfg.compile = True
     check_work_dir(cfg.work_dir, cfg)  # where the logs go
     if args.out_json:
         check_file_destination(args.out_json, args.overwrite, '--out-json', 'metrics.json',

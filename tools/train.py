@@ -68,6 +68,8 @@ def main(argv=None):
 def train(args, dry_run=None):
     work_dir = dry_run.work_dir if dry_run else args.work_dir
     cfg = finalize_config(load_config(args.config, args.cfg_options), args.config, work_dir, args.launcher)
+    if args.compile:
+        cfg.compile = True
     if args.amp:
         apply_amp(cfg, args.amp)
     if args.auto_scale_lr:

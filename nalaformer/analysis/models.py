@@ -6,7 +6,7 @@ or a config file, whose timm model its task wrapper names (:func:`nalaformer.eng
     configs/nalaformer/nalaformer-t_8xb128_in1k.py
 """
 import ast
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Dict, Optional, Tuple
 
@@ -20,8 +20,9 @@ from ..errors import ConfigError
 
 __all__ = ['IMPLEMENTATIONS', 'ModelSpecError', 'ModelSpec', 'parse_model_spec', 'parse_entry', 'create_model']
 
-# Prefixes of a benchmark's model entry: our model on another NaLa backend, or the release's model.
-IMPLEMENTATIONS = ('fused', 'reference', 'release')
+# Prefixes of a benchmark's model entry: our model on another NaLa backend, the release's model, or the model
+# compiled (torch.compile, default settings).
+IMPLEMENTATIONS = ('fused', 'reference', 'release', 'compiled')
 
 
 class ModelSpecError(ConfigError):
@@ -44,10 +45,8 @@ def parse_model_spec(text: str) -> ModelSpec:
     """Parse ``arch``, ``arch(key=value, ...)`` (Python literals) or a config file path."""
     if text.endswith('.py'):
         return _spec_from_config(Path(text))
-    arch, kwargs = text.strip(), {}
-    if '(' in arch:
-        arch, args = arch.split('(', 1)
-        kwargs = _literal_kwargs(args, text)
+    arch, call, args = text.strip().partition('(')
+    kwargs = _literal_kwargs(args, text) if call else {}
     check_model_name(arch, key='model spec')
     return ModelSpec(arch, kwargs, text.strip())
 
@@ -58,8 +57,7 @@ def parse_entry(text: str) -> Tuple[ModelSpec, Optional[str]]:
     implementation, _, rest = text.partition(':')
     if implementation not in IMPLEMENTATIONS or not rest:
         return parse_model_spec(text), None
-    spec = parse_model_spec(rest)
-    return ModelSpec(spec.arch, spec.kwargs, text.strip()), implementation
+    return replace(parse_model_spec(rest), label=text.strip()), implementation
 
 
 def _literal_kwargs(args: str, text: str) -> Dict[str, object]:
@@ -86,11 +84,8 @@ def _spec_from_config(path: Path) -> ModelSpec:
 
 def create_model(spec: ModelSpec, img_size: Optional[Tuple[int, int]] = None,
                  checkpoint: Optional[str] = None, **kwargs) -> nn.Module:
-    """timm model of ``spec`` (random init unless ``checkpoint``), built for ``img_size`` (H, W).
-
-    Models with a fixed input size (ViT, Swin: ``fixed_input_size`` in their timm cfg) get ``img_size`` at
-    construction; the others accept any size as they are.
-    """
+    """timm model of ``spec`` (random init unless ``checkpoint``) for ``img_size`` (H, W): models with a fixed input
+    size (ViT, Swin: ``fixed_input_size`` in their timm cfg) get it at construction, the others take any size."""
     kwargs = {**spec.kwargs, **kwargs}
     if img_size is not None and get_pretrained_cfg_value(spec.arch, 'fixed_input_size'):
         kwargs.setdefault('img_size', tuple(img_size))

@@ -28,6 +28,7 @@ from ..checkpoint import (
 )
 from ..files import atomic_file, same_path
 from .containment import contained_checkpoint_hook
+from .launch import model_spec
 from .loops import capture_rng
 
 # mmengine's loops -> the ones that resume from any iteration (nalaformer.engine.loops)
@@ -111,6 +112,16 @@ def check_resumable(filename: str) -> dict:
     return content
 
 
+def compiled_part(model: torch.nn.Module, spec) -> torch.nn.Module:
+    """The module of ``model`` that ``compile`` compiles: the timm model of the config's task wrapper
+    (:class:`~nalaformer.engine.model_spec.TimmModelSpec` ``spec``), the wrapper itself where it holds the model in
+    another layout (a dense backbone), ``model`` where the config has no such wrapper (``spec`` None)."""
+    if spec is None:
+        return model
+    wrapper = model.get_submodule(spec.prefix.removeprefix('model.').rstrip('.'))
+    return wrapper.get_submodule(spec.weights_prefix.rstrip('.')) if spec.weights_prefix else wrapper
+
+
 @RUNNERS.register_module()
 class NaLaRunner(Runner):
     """mmengine's Runner whose checkpoints are atomic (temporary file, then rename), record the
@@ -123,6 +134,7 @@ class NaLaRunner(Runner):
 
     def __init__(self, *args, **kwargs):
         self._resumed_rng_states = None
+        self._compiled = False
         super().__init__(*args, **kwargs)
 
     @master_only
@@ -155,6 +167,30 @@ class NaLaRunner(Runner):
 
     def _unwrapped_model(self) -> torch.nn.Module:
         return self.model.module if is_model_wrapper(self.model) else self.model
+
+    def _maybe_compile(self, target: str) -> None:
+        """mmengine's ``compile`` setting (True, or torch.compile's keywords; ``tools/train.py --compile``) for
+        training, validation and testing alike: the network the task wrapper builds (the timm model, or a dense
+        model's backbone; the whole model for configs without a wrapper of this project) is compiled in place
+        (``nn.Module.compile``: its weights keep their names in checkpoints). mmengine compiles ``train_step``
+        only, where the optimizer step breaks the graph."""
+        options = self.cfg.get('compile')
+        if not options or self._compiled:
+            return
+        network = compiled_part(self._unwrapped_model(), model_spec(self.cfg))
+        settings = {} if options is True else dict(options)
+        network.compile(**settings)
+        self._compiled = True
+        self.logger.info(f'compile: torch.compile of {type(network).__name__} ({target}, options {settings}): the '
+                         f'first iterations of each mode and input shape are slow while it compiles')
+
+    def val(self) -> dict:
+        self._maybe_compile('val_step')
+        return super().val()
+
+    def test(self) -> dict:
+        self._maybe_compile('test_step')
+        return super().test()
 
     def build_train_loop(self, loop):
         if isinstance(loop, dict):

@@ -32,6 +32,9 @@ _REGISTRIES = ('OPTIMIZERS', 'OPTIM_WRAPPERS', 'HOOKS', 'PARAM_SCHEDULERS', 'DAT
                'VISUALIZERS', 'VISBACKENDS', 'LOOPS', 'LOG_PROCESSORS', 'TRANSFORMS', 'MODELS')
 # Classes whose ``**kwargs`` go to a known function (mmengine's CheckpointHook: to Runner.save_checkpoint).
 _FORWARDED_KWARGS = {CheckpointHook: Runner.save_checkpoint}
+# mmengine Runner settings a config may leave out, with mmengine's default: ``--cfg-options compile=True`` is a
+# setting, not a typo.
+_RUNNER_DEFAULTS = {'compile': False}
 # Keys mmengine takes out of such a dict before building (the optimizer wrapper's constructor settings).
 _BUILDER_KEYS = {'_scope_', 'constructor', 'paramwise_cfg'}
 
@@ -144,6 +147,8 @@ def _option_value(cfg: Config, key: str):
             node = node[int(part)]
         elif isinstance(node, dict) and part in node:
             node = node[part]
+        elif not path and part in _RUNNER_DEFAULTS and len(parts) == 1:
+            node = _RUNNER_DEFAULTS[part]
         elif isinstance(node, dict) and 'type' in node:
             _check_new_argument(key, node['type'], part, cfg.get('default_scope'))
             return _MISSING  # a new argument (or dict of them) of the object the dict builds

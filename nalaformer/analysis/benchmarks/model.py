@@ -2,9 +2,12 @@
 
 The models of a size are timed alternating; ratios to a baseline model. Peak memory in a fresh process per (model,
 size), weights and optimizer state included; ``extra_mb`` above the built model, optimizer and input. ``fused:<spec>``
-/ ``reference:<spec>`` run on that NaLa backend, ``release:<spec>`` the authors' model with our weights. Examples::
+/ ``reference:<spec>`` run on that NaLa backend, ``release:<spec>`` the authors' model with our weights,
+``compiled:<spec>`` the model under torch.compile (``--compile``: each model eager and compiled; compilation happens
+in the untimed warm-up). Examples::
 
     python3 tools/analysis/benchmark.py model --sizes 224 448 896 --batch-sizes 8 4 1
+    python3 tools/analysis/benchmark.py model --compile --models nalaformer_t convnext_tiny --sizes 224
     python3 tools/analysis/benchmark.py model --device cuda --amp bf16 --mode train --sizes 224 --batch-sizes 64 \\
         --models nalaformer_t fused:nalaformer_t
 """
@@ -40,7 +43,9 @@ DEFAULT_MODELS = (
 def add_arguments(parser: argparse.ArgumentParser):
     parser.add_argument('--models', nargs='+', default=list(DEFAULT_MODELS),
                         help="timm names or specs such as \"nalaformer_t(attn_types='nala')\"; prefix "
-                             "'fused:', 'reference:' (NaLa backend) or 'release:' (see --release-file)")
+                             "'fused:', 'reference:' (NaLa backend), 'release:' (see --release-file) or 'compiled:'")
+    parser.add_argument('--compile', action='store_true',
+                        help="also time each model compiled (torch.compile; as 'compiled:<model>')")
     parser.add_argument('--release-file', type=Path, default=None,
                         help="the authors' NALA.py (outside this repository) for 'release:<spec>' models")
     parser.add_argument('--baseline', default=None, help='model the ratios refer to (default: the first)')
@@ -65,7 +70,8 @@ def make_step(spec: ModelSpec, size: Tuple[int, int], batch: int, mode: str, dev
               amp: str = 'none') -> ModelStep:
     """Build ``spec`` for ``size`` (H, W) with a random (batch, 3, H, W) input; return one iteration.
 
-    ``implementation``: None (as built), 'fused' / 'reference' (our model on that NaLa backend) or 'release'.
+    ``implementation``: None (as built), 'fused' / 'reference' (our model on that NaLa backend), 'release' or
+    'compiled'.
     Training: cross-entropy on random labels, AdamW.
     """
     torch.manual_seed(0)
@@ -73,8 +79,10 @@ def make_step(spec: ModelSpec, size: Tuple[int, int], batch: int, mode: str, dev
     if implementation == 'release':
         model = release_model(model, release_file)
     model = model.to(device)
+    if implementation == 'compiled':
+        model.compile()
     x = torch.randn(batch, 3, *size, device=device)
-    context = backend_context(implementation if implementation != 'release' else None)
+    context = backend_context(implementation if implementation in ('fused', 'reference') else None)
     if mode == 'infer':
         return ModelStep(model, x, mode, device, amp, context=context)
     target = torch.randint(0, model.num_classes, (batch,), device=device)
@@ -116,7 +124,10 @@ def growth(results: List[Dict]) -> Dict[str, List[Dict]]:
 
 def run(args: argparse.Namespace) -> Dict:
     device = check_device(args.device)
-    specs = [parse_entry(m) for m in args.models]
+    entries = list(args.models)
+    if args.compile:  # each model's compiled twin beside it
+        entries += [f'compiled:{m}' for m in args.models if parse_entry(m)[1] is None]
+    specs = [parse_entry(m) for m in entries]
     if any(implementation == 'release' for _, implementation in specs):
         load_release(args.release_file)  # a missing or broken file is a user error now, not failed rows
     labels = [s.label for s, _ in specs]
@@ -130,10 +141,10 @@ def run(args: argparse.Namespace) -> Dict:
         raise ConfigError(f'--batch-sizes takes one positive value or one per size ({len(sizes)}), '
                           f'got {args.batch_sizes}')
     batches = args.batch_sizes * len(sizes) if len(args.batch_sizes) == 1 else args.batch_sizes
-    release_file = None if args.release_file is None else str(args.release_file)
-    meta = start_meta(device, args, mode=args.mode, amp=args.amp, baseline=baseline, release_file=release_file,
-                      nala_backend=nala_backend())
-    meta.update(
+    release_file = args.release_file and str(args.release_file)
+    meta = start_meta(
+        device, args, mode=args.mode, amp=args.amp, compile=args.compile, baseline=baseline, release_file=release_file,
+        nala_backend=nala_backend(),
         malloc_timing=malloc_setting(device.type == 'cpu' and not args.no_malloc_tuning and tune_malloc()),
         memory=('torch.cuda.max_memory_allocated, iterations 2-3' if device.type == 'cuda' else
                 'peak RSS (VmHWM) above the post-import baseline, fresh process, '
@@ -153,7 +164,7 @@ def run(args: argparse.Namespace) -> Dict:
             if row['status'] == 'ok':
                 row.update(loss_summary(timing.steps[spec.label].losses))
             results.append(row)
-        del timing
+        del timing  # its steps: the models
         free_memory(device)
     if not args.no_memory:
         add_worker_memory(
@@ -192,17 +203,17 @@ def plot(report: Dict, out: Path):
     fig, axes = panels(1, 2, 6, 4.6)
     values = ((lambda r: None if r['median_ms'] is None else r['median_ms'] / r['batch'], 'latency per image (ms)'),
               (lambda r: r['peak_mb'], 'peak memory (MB)'))
-    results = report['results']
-    models = list(dict.fromkeys(r['model'] for r in results))
+    results, meta = report['results'], report['meta']
     sizes = {r['size'][0] * r['size'][1] / 1e6: r['size'] for r in results}  # megapixels -> (H, W)
     largest = max(sizes)
     for ax, (value, ylabel) in zip(axes[0], values):
-        points = {m: [(r['size'][0] * r['size'][1] / 1e6, value(r)) for r in results
-                      if r['model'] == m and value(r) is not None] for m in models}
+        points = {}
+        for r in results:
+            if value(r) is not None:
+                points.setdefault(r['model'], []).append((r['size'][0] * r['size'][1] / 1e6, value(r)))
         for model, xy in points.items():
-            if xy:
-                ax.plot(*zip(*xy), marker='o', label=model)
-        anchor = next((xy[0] for xy in points.values() if xy), None)  # guides start at the first model's first point
+            ax.plot(*zip(*xy), marker='o', label=model)
+        anchor = next(iter(points.values()), [None])[0]  # guides start at the first model's first point
         if anchor and largest > anchor[0]:
             for slope, style in ((1, ':'), (2, '--')):
                 ax.plot([anchor[0], largest], [anchor[1], anchor[1] * (largest / anchor[0]) ** slope],
@@ -212,7 +223,6 @@ def plot(report: Dict, out: Path):
         ax.set_xticks([], minor=True)
         ax.grid(True, which='both', alpha=0.3)
     axes[0][0].legend(fontsize=7)
-    meta = report['meta']
     others = [r['other_busy_cores'] for r in results if r.get('other_busy_cores') is not None]
     fig.suptitle(f"{meta['mode']} on {meta['device_name']}, {meta['threads']} thread(s), batch "
                  f"{sorted({r['batch'] for r in results})}, median of {meta['repeats']}; load {meta['load_at_start']} "
