@@ -11,10 +11,10 @@
 # With this workplace's device tool ($OUT is set there; .gpu_bundle/ is ignored, so it must be carried):
 #     run(command='bash scripts/gpu_acceptance.sh', carry=['.gpu_bundle'], timeout_s=600)
 #
-# Steps, each under `timeout` with its budget in seconds (560 in all, Triton compilation included):
-#   install 40        the bundle's wheels into $SITE (pip --target, no index); nalaformer runs from this tree
+# Steps, each under `timeout` with its budget in seconds (565 in all, Triton compilation included):
+#   install 30        the bundle's wheels into $SITE (pip --target, no index); nalaformer runs from this tree
 #   environment 15    versions, the GPU, every import the steps need
-#   kernels 100       fused kernel vs PyTorch op vs SDPA, forward and forward+backward, bf16, at the shape of
+#   kernels 90        fused kernel vs PyTorch op vs SDPA, forward and forward+backward, bf16, at the shape of
 #                     NaLaFormer-T's stage 1 (1 head of 64): 64 x 3,136, 8 x 16,384 and 2 x 65,536 tokens
 #   train_bf16 120    NaLaFormer-T training step at 224, batch 64, AMP bf16, PyTorch op vs fused kernel
 #                     (img/s; max memory in a fresh process each; losses)
@@ -26,6 +26,9 @@
 #                     73,728 tokens), inference and training step, global slot nala / SDPA / explicit softmax /
 #                     none, fp32 and bf16: CUDA max memory and latency (tools/analysis/benchmark.py sr; a run that
 #                     does not fit the GPU is reported 'out of memory', not accounted on fake tensors, for time)
+#   peers 25          NaLaFormer-T (all-NaLa, released hybrid) beside Swin-T, ConvNeXt-T and EfficientViT-B2
+#                     (benchmark.py model --peers t), inference at 224 (batch 32) and 1024 (batch 2), eager: latency and where
+#                     NaLaFormer overtakes each (the CPU figures and the compiled runs: README, docs/peers_cpu.json)
 #   summary 10        tools/analysis/gpu_acceptance_summary.py
 # The benchmarks run with --keep-going: a method or model that fails has its error in its row (and the log), the
 # others are still measured.
@@ -57,7 +60,7 @@ TRAIN=(python3 tools/analysis/benchmark.py model --device cuda --mode train --si
 
 [[ -d .gpu_bundle ]] || echo "no .gpu_bundle/: run scripts/prepare_gpu_bundle.sh where PyPI is reachable and carry it" \
     | tee -a "$LOG"
-step install 40 python3 -m pip install -q --no-index --no-deps --no-compile --target "$SITE" --upgrade .gpu_bundle/*.whl
+step install 30 python3 -m pip install -q --no-index --no-deps --no-compile --target "$SITE" --upgrade .gpu_bundle/*.whl
 if [[ ! -e nalaformer/kernels ]]; then  # where the package expects its kernels (setup.py maps kernels/ there)
     ln -s ../kernels nalaformer/kernels
     trap 'rm -rf "$WORK" nalaformer/kernels' EXIT
@@ -76,7 +79,7 @@ print("python", sys.version.split()[0], "torch", torch.__version__, "triton", tr
       "mmengine", mmengine.__version__, "mmseg", mmseg.__version__,
       "| CUDA:", torch.cuda.is_available() and torch.cuda.get_device_name())'
 
-step kernels 100 python3 tools/analysis/benchmark.py kernels --device cuda --dtype bfloat16 --check \
+step kernels 90 python3 tools/analysis/benchmark.py kernels --device cuda --dtype bfloat16 --check \
     --shapes 64x1x3136x64 8x1x16384x64 2x1x65536x64 --methods fused torch sdpa --warmup 5 --repeats 20 --keep-going \
     --out-dir "$WORK/kernels"
 step train_bf16 120 "${TRAIN[@]}" --amp bf16 --warmup 3 --repeats 10 \
@@ -88,6 +91,8 @@ step train_fp16 50 "${TRAIN[@]}" --amp fp16 --warmup 1 --repeats 3 --no-memory \
     --out-json "$WORK/train_fp16.json" --out-png "$WORK/train_fp16.png"
 step sr 60 python3 tools/analysis/benchmark.py sr --device cuda --amp none bf16 --sizes 128x128 256x288 \
     --account none --warmup 1 --repeats 3 --keep-going --out-dir "$WORK/sr"
+step peers 25 python3 tools/analysis/benchmark.py model --peers t --device cuda --sizes 224 1024 --batch-sizes 32 2 \
+    --warmup 2 --repeats 5 --no-memory --keep-going --out-json "$WORK/peers.json" --out-png "$WORK/peers.png"
 step summary 10 python3 tools/analysis/gpu_acceptance_summary.py "$WORK" --out-dir "$OUT"
 
 cp "$WORK/kernels/benchmark_kernels.png" "$WORK/sr/benchmark_sr.png" "$OUT/" 2>/dev/null

@@ -5,12 +5,13 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 from analysis_tools import load_tool
 from nalaformer.analysis.benchmarks import model as bench
 from nalaformer.analysis.benchmarks import op
 from nalaformer.analysis.memory import memory_env
-from nalaformer.analysis.models import ModelSpec, create_model, parse_entry
+from nalaformer.analysis.models import ModelSpec, OnnxRuntimeModel, create_model, parse_entry
 from nalaformer.analysis.results import add_ratios
 from nalaformer.analysis.steps import AMP_DTYPES, backend_context
 from nalaformer.analysis.steps import loss_summary
@@ -139,11 +140,45 @@ def test_compile_times_each_model_eager_and_compiled(tool, tmp_path):
     assert report['meta']['compile'] is True and rows['compiled:nalaformer_xt']['latency_ratio'] > 0
 
 
+@pytest.mark.slow
+def test_onnx_runtime_twin_matches_the_model_and_is_timed(tool, tmp_path):
+    torch.manual_seed(0)
+    model = create_model(ModelSpec('nalaformer_xt'), img_size=(64, 64)).eval()
+    x = torch.randn(1, 3, 64, 64)
+    with torch.no_grad():
+        torch.testing.assert_close(OnnxRuntimeModel(model, x)(x), model(x), rtol=1e-4, atol=1e-4)
+    out_json = tmp_path / 'onnx.json'
+    assert tool.main(['model', '--onnx', '--models', 'nalaformer_xt', '--sizes', '64', '--repeats', '2', '--warmup',
+                      '1', '--no-memory', '--device', 'cpu', '--out-json', str(out_json), '--out-png',
+                      str(tmp_path / 'onnx.png')]) == 0
+    report = json.loads(out_json.read_text())
+    assert [(r['model'], r['status']) for r in report['results']] == [('nalaformer_xt', 'ok'),
+                                                                       ('onnx:nalaformer_xt', 'ok')]
+    assert report['meta']['onnx'] is True
+
+
+def test_crossover_is_the_size_from_which_the_baseline_stays_faster():
+    def row(model, side, batch, ms):
+        return dict(model=model, size=[side, side], batch=batch, median_ms=ms)
+    results = [row('nala', 224, 8, 80.0), row('nala', 512, 2, 50.0), row('nala', 1024, 1, 90.0),
+               row('conv', 224, 8, 40.0), row('conv', 512, 2, 60.0), row('conv', 1024, 1, 100.0),
+               row('swin', 224, 8, 120.0), row('swin', 512, 2, 40.0), row('swin', 1024, 1, 80.0),
+               row('compiled:nala', 224, 8, 40.0), row('compiled:conv', 224, 8, 80.0)]
+    table = bench.crossover(results, 'nala')
+    assert table['conv']['overtakes_at'] == [512, 512]  # per image 10 vs 5 ms at 224, then 25 vs 30 and 90 vs 100
+    assert table['conv']['latency_ratio'] == {'224x224': 2.0, '512x512': 25 / 30, '1024x1024': 0.9}
+    assert table['swin']['overtakes_at'] is None  # faster at 224 only: slower at the largest size
+    assert table['compiled:conv'] == dict(baseline='compiled:nala', overtakes_at=[224, 224],
+                                          latency_ratio={'224x224': 0.5})
+    assert 'nala' not in table and 'compiled:nala' not in table
+
+
 @pytest.mark.parametrize('args, message', [
     (['--models', 'swin_tiny_patch4_windw7_224'], "unknown timm model 'swin_tiny_patch4_windw7_224'"),
     (['--sizes', '224x'], 'bad image size'),
     (['--sizes', '224', '448', '--batch-sizes', '1', '2', '3'], '--batch-sizes'),
     (['--models', 'convnext_tiny', '--baseline', 'resnet50'], '--baseline'),
+    (['--models', 'nalaformer_xt', '--onnx', '--mode', 'train'], 'ONNX Runtime'),
 ])
 def test_user_errors_exit_2(tool, args, message, capfd):
     assert run_tool(tool.main, ['model', *args, '--repeats', '1']) == 2

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from analysis_tools import load_tool
+from nalaformer.analysis.benchmarks import model as bench
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / 'scripts' / 'gpu_acceptance.sh'
@@ -69,8 +70,13 @@ def test_a_complete_run_gives_each_target_and_check_with_its_figures(summary_too
                                         losses_finite=True),
                            dict(median_ms=44.0, throughput=1454.0, peak_mb=None, final_loss=float('nan'),
                                 losses_finite=False))
+    peer_rows = [dict(model=m, size=[side, side], batch=b, status='ok', median_ms=ms) for m, side, b, ms in
+                 [('nala', 224, 32, 32.0), ('nala', 1024, 2, 20.0), ('convnext_tiny', 224, 32, 16.0),
+                  ('convnext_tiny', 1024, 2, 30.0)]]
+    peers = dict(meta=dict(baseline='nala'), results=peer_rows, crossover=bench.crossover(peer_rows, 'nala'))
     write_work(tmp_path, {'kernel_tests.xml': JUNIT, 'kernels/benchmark_kernels.json': kernels,
-                          'train_bf16.json': bf16, 'train_fp16.json': fp16, 'upernet_bf16.json': UPERNET},
+                          'train_bf16.json': bf16, 'train_fp16.json': fp16, 'upernet_bf16.json': UPERNET,
+                          'peers.json': peers},
                {'install': (0, 5, 40), 'kernel_tests': (0, 80, 120), 'kernels': (0, 60, 110),
                 'train_bf16': (0, 100, 130), 'upernet_bf16': (0, 30, 60), 'train_fp16': (0, 40, 60)})
     out = tmp_path / 'out'
@@ -88,6 +94,8 @@ def test_a_complete_run_gives_each_target_and_check_with_its_figures(summary_too
     assert got[s.CHECKS['train_bf16']][0] == s.MET
     assert got[s.CHECKS['train_fp16']] == (s.NOT_MET, 'fused:nalaformer_t: non-finite loss')
     assert got[s.CHECKS['upernet_bf16']][0] == s.MET and '150.0 ms/iteration' in got[s.CHECKS['upernet_bf16']][1]
+    assert got[s.CHECKS['peers']] == (s.MET, 'nala overtakes: convnext_tiny from 1024x1024 (224x224 2.00x, '
+                                              '1024x1024 0.67x)')
     assert summary['device'] == 'NVIDIA H200' and summary['reports']['train_bf16'] == bf16
     text = (out / 'summary.txt').read_text()
     assert f'met           {large}: 6.67x' in text and f'not met       {memory}: 0.75x' in text

@@ -6,11 +6,13 @@ or a config file, whose timm model its task wrapper names (:func:`nalaformer.eng
     configs/nalaformer/nalaformer-t_8xb128_in1k.py
 """
 import ast
+import tempfile
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Dict, Optional, Tuple
 
 import timm
+import torch
 import torch.nn as nn
 from timm.models import get_pretrained_cfg_value
 
@@ -18,11 +20,12 @@ import nalaformer  # noqa: F401  (registers the nalaformer_* models in timm)
 from ..engine.model_spec import check_model_name
 from ..errors import ConfigError
 
-__all__ = ['IMPLEMENTATIONS', 'ModelSpecError', 'ModelSpec', 'parse_model_spec', 'parse_entry', 'create_model']
+__all__ = ['IMPLEMENTATIONS', 'ModelSpecError', 'ModelSpec', 'OnnxRuntimeModel', 'parse_model_spec', 'parse_entry',
+           'create_model']
 
-# Prefixes of a benchmark's model entry: our model on another NaLa backend, the release's model, or the model
-# compiled (torch.compile, default settings).
-IMPLEMENTATIONS = ('fused', 'reference', 'release', 'compiled')
+# Prefixes of a benchmark's model entry: our model on another NaLa backend, the release's model, the model compiled
+# (torch.compile, default settings), or exported to ONNX and run by ONNX Runtime (inference on the CPU).
+IMPLEMENTATIONS = ('fused', 'reference', 'release', 'compiled', 'onnx')
 
 
 class ModelSpecError(ConfigError):
@@ -95,3 +98,24 @@ def create_model(spec: ModelSpec, img_size: Optional[Tuple[int, int]] = None,
         return timm.create_model(spec.arch, pretrained=bool(checkpoint), **kwargs)
     except (TypeError, ValueError) as e:  # a kwarg the model does not take, or a value it rejects
         raise ModelSpecError(f'{spec.label}: {e}') from None
+
+
+class OnnxRuntimeModel(nn.Module):
+    """``model`` exported to ONNX for the shape of ``example`` (B, C, H, W) (static shapes; the NaLa reference
+    kernels, which ONNX can express) and run by ONNX Runtime on the CPU with torch's thread count: inference only."""
+
+    def __init__(self, model: nn.Module, example: torch.Tensor):
+        super().__init__()
+        import onnxruntime
+        from ..ops import use_nala_backend
+        options = onnxruntime.SessionOptions()
+        options.intra_op_num_threads = torch.get_num_threads()
+        with tempfile.TemporaryDirectory() as folder, torch.no_grad(), use_nala_backend('reference'):
+            path = str(Path(folder) / 'model.onnx')
+            torch.onnx.export(model.eval(), (example,), dynamo=True, verbose=False, input_names=['input']).save(
+                path, external_data=False)
+            self.session = onnxruntime.InferenceSession(path, options, providers=['CPUExecutionProvider'])
+        self.num_classes = model.num_classes
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.from_numpy(self.session.run(None, {'input': x.numpy()})[0])

@@ -17,7 +17,8 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 # Step name -> its output in the work dir (the names scripts/gpu_acceptance.sh uses).
 FILES = dict(kernel_tests='kernel_tests.xml', kernels='kernels/benchmark_kernels.json', train_bf16='train_bf16.json',
-             upernet_bf16='upernet_bf16.json', train_fp16='train_fp16.json', sr='sr/benchmark_sr.json')
+             upernet_bf16='upernet_bf16.json', train_fp16='train_fp16.json', sr='sr/benchmark_sr.json',
+             peers='peers.json')
 TIMED_OUT = (124, 137)  # timeout(1)'s exit codes: limit reached, killed after it
 # The issue's targets: the fused kernel against the PyTorch op, alone and in NaLaFormer-T's training step.
 LARGE_TOKENS = 65536
@@ -41,6 +42,8 @@ CHECKS = {
     'upernet_bf16': 'UperNet-T training iterations with AMP: losses finite',
     'sr': 'NaLa-SR x2 whole network (benchmark.py sr): CUDA max memory and latency of NaLa measured at every size '
           '(fp32, bf16)',
+    'peers': 'NaLaFormer-T beside Swin-T, ConvNeXt-T and EfficientViT-B2 (benchmark.py model --peers t): every model '
+             'timed',
 }
 # benchmark.py sr's baseline and the global attentions compared with it in the summary.
 SR_BASELINE, SR_COMPARED = 'nala', ('softmax_explicit', 'softmax')
@@ -157,6 +160,16 @@ def finite_check(name: str, report: Dict) -> Outcome:
                                                               for r in rows))
 
 
+def peers_check(name: str, report: Dict) -> Outcome:
+    """benchmark.py model --peers: every row timed; where the baseline (all-NaLa) overtakes each peer."""
+    bad = [f"{r['model']} {size(r)}: {r['status']}: {r.get('error')}" for r in report['results'] if r['status'] != 'ok']
+    where = [f"{model} from {'x'.join(map(str, c['overtakes_at'])) if c['overtakes_at'] else 'none'} ("
+             + ', '.join(f'{s} {ratio:.2f}x' for s, ratio in c['latency_ratio'].items()) + ')'
+             for model, c in report['crossover'].items()]
+    return outcome(name, not bad and bool(report['results']), '; '.join(bad) or
+                   f"{report['meta']['baseline']} overtakes: " + '; '.join(where))
+
+
 def kernel_tests_check(name: str, counts: Dict[str, int]) -> Outcome:
     """Every kernel test that ran passed; none ran: not measured."""
     none_ran = counts['tests'] == counts['skipped']
@@ -205,7 +218,7 @@ def summarise(work: Path) -> Dict:
     steps = read_steps(work)
     outputs = {name: read_output(work, steps, name) for name in FILES}
     check_of = dict(kernel_tests=kernel_tests_check, train_bf16=finite_check, train_fp16=finite_check,
-                    upernet_bf16=upernet_check, sr=sr_check)
+                    upernet_bf16=upernet_check, sr=sr_check, peers=peers_check)
     targets = (evaluate(outputs['kernels'], KERNEL_TARGETS, kernel_targets)
                + evaluate(outputs['train_bf16'], TRAIN_TARGETS, training_targets))
     checks = [o for step, name in CHECKS.items()  # evaluate calls the lambda at once: step and name are this loop's

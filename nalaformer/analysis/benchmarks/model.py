@@ -23,7 +23,7 @@ from ...errors import ConfigError
 from ...ops import nala_backend
 from ..grids import parse_size
 from ..memory import add_worker_memory, free_memory, malloc_setting, memory_env, tune_malloc, worker_memory
-from ..models import ModelSpec, create_model, parse_entry
+from ..models import ModelSpec, OnnxRuntimeModel, create_model, parse_entry
 from ..plots import panels, save_figure
 from ..release import load_release, release_model
 from ..results import add_ratios, format_optional, markdown_table, write_report
@@ -34,6 +34,16 @@ from .common import (
     mmap_setting, start_meta,
 )
 
+# NaLaFormer (all-NaLa first: the baseline; then the released hybrid) beside timm's backbones of about its size
+# (params / GMACs at 224): Swin, ConvNeXt and EfficientViT (ReLU linear attention). timm has no Swin below T.
+PEERS = dict(
+    xt=("nalaformer_xt(attn_types='nala')", 'nalaformer_xt', 'convnext_femto', 'efficientvit_b1'),
+    t=("nalaformer_t(attn_types='nala')", 'nalaformer_t', 'swin_tiny_patch4_window7_224', 'convnext_tiny',
+       'efficientvit_b2'),
+    s=("nalaformer_s(attn_types='nala')", 'nalaformer_s', 'swin_small_patch4_window7_224', 'convnext_small',
+       'efficientvit_b3'),
+)
+TWINS = ('compiled', 'onnx')  # implementations that --compile / --onnx add beside each plain model
 DEFAULT_MODELS = (
     'nalaformer_t', "nalaformer_t(attn_types='nala')", "nalaformer_t(attn_types='softmax')",
     'swin_tiny_patch4_window7_224', 'convnext_tiny', 'deit_small_patch16_224',
@@ -44,8 +54,14 @@ def add_arguments(parser: argparse.ArgumentParser):
     parser.add_argument('--models', nargs='+', default=list(DEFAULT_MODELS),
                         help="timm names or specs such as \"nalaformer_t(attn_types='nala')\"; prefix "
                              "'fused:', 'reference:' (NaLa backend), 'release:' (see --release-file) or 'compiled:'")
+    parser.add_argument('--peers', choices=tuple(PEERS), default=None,
+                        help='instead of --models: NaLaFormer of this size (all-NaLa, the baseline; the released '
+                             'hybrid) beside Swin, ConvNeXt and EfficientViT of about its size')
     parser.add_argument('--compile', action='store_true',
                         help="also time each model compiled (torch.compile; as 'compiled:<model>')")
+    parser.add_argument('--onnx', action='store_true',
+                        help="also time each model exported to ONNX and run by ONNX Runtime (CPU inference; as "
+                             "'onnx:<model>')")
     parser.add_argument('--release-file', type=Path, default=None,
                         help="the authors' NALA.py (outside this repository) for 'release:<spec>' models")
     parser.add_argument('--baseline', default=None, help='model the ratios refer to (default: the first)')
@@ -82,6 +98,8 @@ def make_step(spec: ModelSpec, size: Tuple[int, int], batch: int, mode: str, dev
     if implementation == 'compiled':
         model.compile()
     x = torch.randn(batch, 3, *size, device=device)
+    if implementation == 'onnx':
+        model = OnnxRuntimeModel(model, x)
     context = backend_context(implementation if implementation in ('fused', 'reference') else None)
     if mode == 'infer':
         return ModelStep(model, x, mode, device, amp, context=context)
@@ -124,10 +142,13 @@ def growth(results: List[Dict]) -> Dict[str, List[Dict]]:
 
 def run(args: argparse.Namespace) -> Dict:
     device = check_device(args.device)
-    entries = list(args.models)
-    if args.compile:  # each model's compiled twin beside it
-        entries += [f'compiled:{m}' for m in args.models if parse_entry(m)[1] is None]
+    models = list(PEERS[args.peers] if args.peers else args.models)
+    twins = [twin for twin, asked in zip(TWINS, (args.compile, args.onnx)) if asked]
+    entries = models + [f'{twin}:{m}' for twin in twins for m in models if parse_entry(m)[1] is None]
     specs = [parse_entry(m) for m in entries]
+    if any(implementation == 'onnx' for _, implementation in specs) and (args.mode, device.type) != ('infer', 'cpu'):
+        raise ConfigError("ONNX Runtime ('onnx:' models, --onnx) times inference on the CPU: use --mode infer "
+                          '--device cpu')
     if any(implementation == 'release' for _, implementation in specs):
         load_release(args.release_file)  # a missing or broken file is a user error now, not failed rows
     labels = [s.label for s, _ in specs]
@@ -143,7 +164,8 @@ def run(args: argparse.Namespace) -> Dict:
     batches = args.batch_sizes * len(sizes) if len(args.batch_sizes) == 1 else args.batch_sizes
     release_file = args.release_file and str(args.release_file)
     meta = start_meta(
-        device, args, mode=args.mode, amp=args.amp, compile=args.compile, baseline=baseline, release_file=release_file,
+        device, args, mode=args.mode, amp=args.amp, peers=args.peers, compile=args.compile, onnx=args.onnx,
+        baseline=baseline, release_file=release_file,
         nala_backend=nala_backend(),
         malloc_timing=malloc_setting(device.type == 'cpu' and not args.no_malloc_tuning and tune_malloc()),
         memory=('torch.cuda.max_memory_allocated, iterations 2-3' if device.type == 'cuda' else
@@ -175,7 +197,33 @@ def run(args: argparse.Namespace) -> Dict:
             lambda row: f"peak memory of {row['model']} at {row['size'][0]}x{row['size'][1]}", ('peak_mb', 'extra_mb'))
     add_ratios(results, lambda r: r['model'] == baseline, lambda r: (tuple(r['size']), r['batch']),
                dict(latency_ratio='median_ms', memory_ratio='peak_mb', extra_ratio='extra_mb'))
-    return dict(meta=finish_meta(meta), results=results, growth=growth(results))
+    return dict(meta=finish_meta(meta), results=results, growth=growth(results),
+                crossover=crossover(results, baseline))
+
+
+def crossover(results: List[Dict], baseline: str) -> Dict[str, Dict]:
+    """Per model: the smallest size from which ``baseline`` (its 'compiled:' / 'onnx:' twin for such a model) takes
+    at most the model's time per image at that and every larger size measured (``overtakes_at``; None where it is
+    slower at the largest), with the per-image latency ratio (baseline / model) at each size both were timed."""
+    per_image = {(r['model'], tuple(r['size'])): r['median_ms'] / r['batch'] for r in results
+                 if r.get('median_ms') is not None}
+    table = {}
+    for model in dict.fromkeys(r['model'] for r in results):
+        prefix = model.partition(':')[0]
+        base = f'{prefix}:{baseline}' if prefix in TWINS else baseline
+        sizes = sorted({size for name, size in per_image if name == model and (base, size) in per_image},
+                       key=lambda size: size[0] * size[1])
+        if model == base or not sizes:
+            continue
+        ratios = {size: per_image[base, size] / per_image[model, size] for size in sizes}
+        overtakes = None
+        for size in reversed(sizes):
+            if ratios[size] > 1:
+                break
+            overtakes = list(size)
+        table[model] = dict(baseline=base, overtakes_at=overtakes,
+                            latency_ratio={f'{h}x{w}': ratio for (h, w), ratio in ratios.items()})
+    return table
 
 
 def table(report: Dict) -> str:
@@ -235,6 +283,11 @@ def main(args: argparse.Namespace) -> int:
     report = run(args)
     written = write_report(report, args.out_json, plot, args.out_png)
     print(table(report))
+    for model, cross in report['crossover'].items():
+        where = (f"from {cross['overtakes_at'][0]}x{cross['overtakes_at'][1]}" if cross['overtakes_at'] else
+                 'at none of the sizes')
+        print(f"{cross['baseline']} takes at most {model}'s time per image {where} ("
+              + ', '.join(f'{size}: {ratio:.2f}x' for size, ratio in cross['latency_ratio'].items()) + ')')
     for model, steps in report['growth'].items():
         for g in steps:
             print(f"{model}: {g['sizes'][0]} -> {g['sizes'][1]}: per 4x pixels, latency/image x"
