@@ -20,6 +20,7 @@ FIGURES_TABLE = 'what'  # first header cell of README's "Measured and accounted 
 SR_TABLE = 'mode (accounted, GiB)'  # first header cell of README's SR memory table
 SR = {'accounted': 'benchmark_sr_cpu/accounted/benchmark_sr.json', '16k': 'benchmark_sr_cpu/16k/benchmark_sr.json',
       'large': 'benchmark_sr_cpu/large/benchmark_sr.json'}
+PEERS_TABLE = 'peers (ms per batch, median)'  # first header cell of README's peers table (docs/peers_cpu/*.json)
 NO_DATA_FILE = {'numerical parity with the release'}  # tolerances asserted by tests/test_release_parity.py
 
 
@@ -204,6 +205,29 @@ def test_sr_memory_table_is_the_accounting():
         expected = [*gib, ratio['softmax_explicit'], ratio['softmax']]
         printed = [c.rstrip('x') for c in cells]
         assert all(agrees(p, v) for p, v in zip(printed, expected)), (mode_name, tokens, printed, expected)
+
+
+def test_peers_table_is_the_benchmark():
+    """Each cell of README's peers table: the median time of its model at its size in benchmark.py model's reports
+    (inference, training, compiled / ONNX Runtime twins), the peak memory, and where all-NaLa is as fast."""
+    rows = tables(README.read_text())[PEERS_TABLE]
+    infer, train, twins = (data(f'peers_cpu/{name}.json') for name in ('infer', 'train', 'compiled'))
+
+    def cell(report, model, side, key='median_ms', scale=1.0):
+        found = [r for r in report['results'] if r['model'] == model and r['size'] == [side, side]]
+        return None if not found or found[0].get(key) is None else found[0][key] * scale
+
+    assert [r[0].strip('`') for r in rows] == list(dict.fromkeys(r['model'] for r in infer['results']))
+    for model, *printed in (r for r in rows):
+        model = model.strip('`')
+        expected = [cell(infer, model, side) for side in (224, 512, 1024, 2048)] + \
+            [cell(infer, model, 2048, 'peak_mb', 1 / 1024)] + [cell(train, model, side) for side in (224, 512)] + \
+            [cell(twins, f'{twin}:{model}', 224) for twin in ('compiled', 'onnx')]
+        for text, value in zip(printed, expected):
+            assert (text == '—') if value is None else agrees(text, value), (model, printed, expected)
+        crossing = infer['crossover'].get(model)
+        assert printed[-1] == ('baseline' if crossing is None else 'none up to 2048' if crossing['overtakes_at'] is None
+                               else str(crossing['overtakes_at'][0])), (model, printed[-1])
 
 
 def test_every_figures_row_has_its_data_file():
