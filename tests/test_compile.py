@@ -59,3 +59,25 @@ def test_compiled_runs_match_eager(tmp_path):
     eager_metrics = evaluate(data, checkpoint, tmp_path / 'test_eager')
     compiled_metrics = evaluate(data, checkpoint, tmp_path / 'test_compiled', 'compile=True')
     assert compiled_metrics == eager_metrics and 'accuracy/top1' in eager_metrics
+
+
+@pytest.mark.parametrize('config, compiled', [
+    ('nalaformer/nalaformer-pico_1xb64-10e_fashion-mnist-32px.py', 'NaLaFormer'),  # the classifier's timm model
+    ('sr/nalasr-pico_1xb32-2k_photos-x2.py', 'NaLaSR'),                          # the SR wrapper's network
+    ('ade20k/upernet_nalaformer-xt_8xb2-160k_ade20k-512x512.py', 'NaLaBackbone'),  # dense: the backbone
+    ('coco/mask-rcnn_nalaformer-xt_fpn_1x_coco.py', 'NaLaBackbone'),
+])
+def test_compile_picks_each_task_familys_network(config, compiled):
+    """What ``compile`` compiles in every task family: the network the config's task wrapper names."""
+    from mmengine.registry import MODELS, init_default_scope
+
+    from nalaformer.engine.checkpoint import compiled_part
+    from nalaformer.engine.launch import load_config, model_spec
+    cfg = load_config(str(ROOT / 'configs' / config))
+    init_default_scope(cfg.get('default_scope') or 'mmengine')
+    spec = model_spec(cfg)
+    for option in spec.weight_options:  # no pretrained weights to load (no network in tests)
+        spec.part(cfg)[option] = None
+    model = MODELS.build(cfg.model)
+    assert type(compiled_part(model, spec)).__name__ == compiled
+    assert compiled_part(model, None) is model  # a config without a wrapper of this project: the whole model
