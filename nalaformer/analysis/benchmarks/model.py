@@ -53,7 +53,7 @@ DEFAULT_MODELS = (
 def add_arguments(parser: argparse.ArgumentParser):
     parser.add_argument('--models', nargs='+', default=list(DEFAULT_MODELS),
                         help="timm names or specs such as \"nalaformer_t(attn_types='nala')\"; prefix "
-                             "'fused:', 'reference:' (NaLa backend), 'release:' (see --release-file) or 'compiled:'")
+                             "'fused:', 'reference:' (NaLa backend), 'release:' (see --release-file), 'compiled:' or 'onnx:'")
     parser.add_argument('--peers', choices=tuple(PEERS), default=None,
                         help='instead of --models: NaLaFormer of this size (all-NaLa, the baseline; the released '
                              'hybrid) beside Swin, ConvNeXt and EfficientViT of about its size')
@@ -86,8 +86,8 @@ def make_step(spec: ModelSpec, size: Tuple[int, int], batch: int, mode: str, dev
               amp: str = 'none') -> ModelStep:
     """Build ``spec`` for ``size`` (H, W) with a random (batch, 3, H, W) input; return one iteration.
 
-    ``implementation``: None (as built), 'fused' / 'reference' (our model on that NaLa backend), 'release' or
-    'compiled'.
+    ``implementation``: None (as built), 'fused' / 'reference' (our model on that NaLa backend), 'release',
+    'compiled' or 'onnx' (ONNX Runtime, inference on the CPU).
     Training: cross-entropy on random labels, AdamW.
     """
     torch.manual_seed(0)
