@@ -53,7 +53,8 @@ DEFAULT_MODELS = (
 def add_arguments(parser: argparse.ArgumentParser):
     parser.add_argument('--models', nargs='+', default=list(DEFAULT_MODELS),
                         help="timm names or specs such as \"nalaformer_t(attn_types='nala')\"; prefix "
-                             "'fused:', 'reference:' (NaLa backend), 'release:' (see --release-file), 'compiled:' or 'onnx:'")
+                             "'fused:', 'reference:' (NaLa backend), 'release:' (see --release-file), 'compiled:' "
+                             "or 'onnx:'")
     parser.add_argument('--peers', choices=tuple(PEERS), default=None,
                         help='instead of --models: NaLaFormer of this size (all-NaLa, the baseline; the released '
                              'hybrid) beside Swin, ConvNeXt and EfficientViT of about its size')
