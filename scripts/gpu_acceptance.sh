@@ -11,25 +11,30 @@
 # With this workplace's device tool ($OUT is set there; .gpu_bundle/ is ignored, so it must be carried):
 #     run(command='bash scripts/gpu_acceptance.sh', carry=['.gpu_bundle'], timeout_s=600)
 #
-# Steps, each under `timeout` with its budget in seconds (565 in all, Triton compilation included):
+# Steps in this order, each under `timeout` with its budget in seconds, Triton and inductor compilation included.
+# The budgets add up to more than a device call allows: the run stops starting steps at DEADLINE seconds (570 by
+# default) and cuts the last step's budget to what is left, so the summary and the archive always get written;
+# a step left out is reported 'not measured: did not run'. The steps the fused-kernel decision needs come first.
 #   install 30        the bundle's wheels into $SITE (pip --target, no index); nalaformer runs from this tree
 #   environment 15    versions, the GPU, every import the steps need
 #   kernels 90        fused kernel vs PyTorch op vs SDPA, forward and forward+backward, bf16, at the shape of
 #                     NaLaFormer-T's stage 1 (1 head of 64): 64 x 3,136, 8 x 16,384 and 2 x 65,536 tokens
 #   train_bf16 120    NaLaFormer-T training step at 224, batch 64, AMP bf16, PyTorch op vs fused kernel
 #                     (img/s; max memory in a fresh process each; losses)
+#   peers 45          NaLaFormer-T (all-NaLa, released hybrid) beside Swin-T, ConvNeXt-T and EfficientViT-B2
+#                     (benchmark.py model --peers t), fp32 eager inference at 224, 512, 1024 and 2048 (batch 32,
+#                     8, 2, 1): latency and where NaLaFormer overtakes each (the CPU figures: README, docs/peers_cpu)
+#   peers_train 45    the same models' fp32 training step at 224 (batch 32) and 512 (batch 8)
 #   kernel_tests 110  tests/test_triton_kernels.py on the GPU, compiled (TRITON_INTERPRET=0); after the timings,
 #                     which only a GPU can give (the benchmark's --check compares fused with the PyTorch op first)
+#   peers_compiled 90 all-NaLa, ConvNeXt-T and EfficientViT-B2 at 224, batch 32, eager and torch.compile'd
 #   upernet_bf16 55   UperNet-T at 512x512, batch 2, AMP bf16: 2 + 5 training iterations (random data)
 #   train_fp16 50     the train_bf16 step with AMP fp16 (GradScaler), 1 + 3 steps each: losses finite
 #   sr 60             the whole NaLa-SR x2 network (nalasr_light), batch 1, LR 128x128 and 256x288 (16,384 and
 #                     73,728 tokens), inference and training step, global slot nala / SDPA / explicit softmax /
 #                     none, fp32 and bf16: CUDA max memory and latency (tools/analysis/benchmark.py sr; a run that
 #                     does not fit the GPU is reported 'out of memory', not accounted on fake tensors, for time)
-#   peers 25          NaLaFormer-T (all-NaLa, released hybrid) beside Swin-T, ConvNeXt-T and EfficientViT-B2
-#                     (benchmark.py model --peers t), inference at 224 (batch 32) and 1024 (batch 2), eager: latency and where
-#                     NaLaFormer overtakes each (the CPU figures and the compiled runs: README, docs/peers_cpu.json)
-#   summary 10        tools/analysis/gpu_acceptance_summary.py
+#   summary 10        tools/analysis/gpu_acceptance_summary.py (after DEADLINE)
 # The benchmarks run with --keep-going: a method or model that fails has its error in its row (and the log), the
 # others are still measured.
 # Writes to $OUT: summary.txt and summary.json (figures, each target and check, every step's report),
@@ -38,6 +43,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:?set OUT to the folder for the results}
 SITE=${SITE:-/tmp/gpu_acceptance_site}
+DEADLINE=${DEADLINE:-570}  # seconds for every step before the summary: a device call may run 600
 mkdir -p "$OUT"
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/gpu_acceptance.XXXXXX")  # the steps' outputs, kept as $OUT/steps.tar.gz
 trap 'rm -rf "$WORK"' EXIT
@@ -47,14 +53,20 @@ export TRITON_INTERPRET=0 PYTHONUNBUFFERED=1 TQDM_DISABLE=1
 unset NALAFORMER_NALA_BACKEND  # unprefixed models run on the default backend, the PyTorch op
 
 step() {  # step NAME BUDGET COMMAND...: COMMAND under timeout, its output logged; exit code and time to steps.tsv
-    local name=$1 budget=$2 start=$SECONDS rc
+    local name=$1 budget=$2 start=$SECONDS rc left=$((DEADLINE - SECONDS))
     shift 2
+    if ((left < 5)); then
+        echo "== $name: not run, the run's $DEADLINE s are used up" | tee -a "$LOG"
+        return
+    fi
+    ((budget > left)) && budget=$left
     echo "== $name (at most $budget s, $(date +%T)): $*" | tee -a "$LOG"
     timeout -k 5 "$budget" "$@" 2>&1 | tee -a "$LOG"
     rc=${PIPESTATUS[0]}
     printf '%s\t%d\t%d\t%d\n' "$name" "$rc" $((SECONDS - start)) "$budget" >>"$WORK/steps.tsv"
     echo "== $name: exit $rc after $((SECONDS - start)) s" | tee -a "$LOG"
 }
+PEERS=(python3 tools/analysis/benchmark.py model --peers t --device cuda --no-memory --keep-going)
 TRAIN=(python3 tools/analysis/benchmark.py model --device cuda --mode train --sizes 224 --batch-sizes 64
        --models nalaformer_t fused:nalaformer_t --keep-going)
 
@@ -84,16 +96,23 @@ step kernels 90 python3 tools/analysis/benchmark.py kernels --device cuda --dtyp
     --out-dir "$WORK/kernels"
 step train_bf16 120 "${TRAIN[@]}" --amp bf16 --warmup 3 --repeats 10 \
     --out-json "$WORK/train_bf16.json" --out-png "$WORK/train_bf16.png"
+step peers 45 "${PEERS[@]}" --sizes 224 512 1024 2048 --batch-sizes 32 8 2 1 --warmup 2 --repeats 5 \
+    --out-json "$WORK/peers.json" --out-png "$WORK/peers.png"
+step peers_train 45 "${PEERS[@]}" --mode train --sizes 224 512 --batch-sizes 32 8 --warmup 2 --repeats 5 \
+    --out-json "$WORK/peers_train.json" --out-png "$WORK/peers_train.png"
 step kernel_tests 110 python3 -m pytest -q tests/test_triton_kernels.py --junitxml="$WORK/kernel_tests.xml"
+step peers_compiled 90 python3 tools/analysis/benchmark.py model --device cuda --no-memory --keep-going --compile \
+    --models "nalaformer_t(attn_types='nala')" convnext_tiny efficientvit_b2 --sizes 224 --batch-sizes 32 \
+    --warmup 3 --repeats 5 \
+    --out-json "$WORK/peers_compiled.json" --out-png "$WORK/peers_compiled.png"
 step upernet_bf16 55 python3 tools/analysis/benchmark.py segmentor --device cuda --amp bf16 --size 512 \
     --warmup 2 --repeats 5 --out-json "$WORK/upernet_bf16.json"
 step train_fp16 50 "${TRAIN[@]}" --amp fp16 --warmup 1 --repeats 3 --no-memory \
     --out-json "$WORK/train_fp16.json" --out-png "$WORK/train_fp16.png"
 step sr 60 python3 tools/analysis/benchmark.py sr --device cuda --amp none bf16 --sizes 128x128 256x288 \
     --account none --warmup 1 --repeats 3 --keep-going --out-dir "$WORK/sr"
-step peers 25 python3 tools/analysis/benchmark.py model --peers t --device cuda --sizes 224 1024 --batch-sizes 32 2 \
-    --warmup 2 --repeats 5 --no-memory --keep-going --out-json "$WORK/peers.json" --out-png "$WORK/peers.png"
-step summary 10 python3 tools/analysis/gpu_acceptance_summary.py "$WORK" --out-dir "$OUT"
+# The summary runs whatever time is left.
+DEADLINE=$((SECONDS + 10)) step summary 10 python3 tools/analysis/gpu_acceptance_summary.py "$WORK" --out-dir "$OUT"
 
 cp "$WORK/kernels/benchmark_kernels.png" "$WORK/sr/benchmark_sr.png" "$OUT/" 2>/dev/null
 tar -czf "$OUT/steps.tar.gz" -C "$WORK" .
