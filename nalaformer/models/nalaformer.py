@@ -9,6 +9,12 @@ state-dict layout, so its checkpoints load as they are:
 
 Per-stage attention kernels (``attn_types``) default to the release's hybrid
 ``('nala', 'nala', 'softmax', 'softmax')``; ``attn_types='nala'`` makes every stage NaLa.
+
+For inference, ``timm.utils.reparameterize_model(model.eval())`` returns a copy with the folds of
+:mod:`nalaformer.models.layers` (residual depthwise convs, LayerScale, the stem's and downsamplings'
+BatchNorms): the same outputs up to float rounding, less work. The head's BatchNorm stays (it follows a
+per-token Linear on a 1/32-scale map: under 0.1% of the time). That copy is for inference only: its state
+dict lacks the ``gamma_*`` and folded BatchNorm entries.
 """
 import re
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple, Union
