@@ -6,12 +6,14 @@ from pathlib import Path
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 from analysis_tools import load_tool
 from nalaformer.analysis.benchmarks import model as bench
 from nalaformer.analysis.benchmarks import op
 from nalaformer.analysis.memory import memory_env
 from nalaformer.analysis.models import ModelSpec, OnnxRuntimeModel, create_model, parse_entry
+from nalaformer.analysis.profiles import op_class
 from nalaformer.analysis.results import add_ratios
 from nalaformer.analysis.steps import AMP_DTYPES, backend_context
 from nalaformer.analysis.steps import loss_summary
@@ -157,6 +159,62 @@ def test_onnx_runtime_twin_matches_the_model_and_is_timed(tool, tmp_path):
     assert report['meta']['onnx'] is True
 
 
+def test_deploy_and_outofplace_twins_compute_the_model_and_are_timed(tool, tmp_path, monkeypatch):
+    """'deploy:' is the reparameterized model (no LayerScale, no stem BatchNorm), 'outofplace:' the model run
+    without in-place inference (a hook on fc1 keeps its output); both give the model's logits and are timed."""
+    spec, _ = parse_entry("nalaformer_xt(attn_types='nala')")
+    logits, fc1_kept = {}, {}
+    for implementation in (None, 'deploy', 'outofplace'):
+        step = bench.make_step(spec, (64, 64), 2, 'infer', torch.device('cpu'), implementation)
+        model = step.model
+        fc1 = model.layers[0].blocks[0].ffn.fc1
+        kept = []
+        fc1.register_forward_hook(lambda module, args, out: kept.append((out, F.linear(args[0], module.weight,
+                                                                                       module.bias))))
+        with torch.inference_mode(), step.context():
+            logits[implementation] = model.eval()(step.inputs)
+        fc1_kept[implementation] = torch.equal(*kept[0])
+        assert (model.layers[0].blocks[0].gamma_1 is None) == (implementation == 'deploy')
+    torch.testing.assert_close(logits['deploy'], logits[None], rtol=1e-5, atol=1e-5)
+    assert torch.equal(logits['outofplace'], logits[None])
+    assert fc1_kept == {None: False, 'deploy': False, 'outofplace': True}  # in place: GELU overwrote fc1's output
+    out_json = tmp_path / 'deploy.json'
+    assert tool.main(['model', '--deploy', '--models', 'nalaformer_xt', 'outofplace:nalaformer_xt', '--sizes', '32',
+                      '--repeats', '1', '--warmup', '0', '--no-memory', '--device', 'cpu', '--out-json', str(out_json),
+                      '--out-png', str(tmp_path / 'deploy.png')]) == 0
+    rows = {r['model']: r['status'] for r in json.loads(out_json.read_text())['results']}
+    assert rows == {'nalaformer_xt': 'ok', 'outofplace:nalaformer_xt': 'ok', 'deploy:nalaformer_xt': 'ok'}
+
+
+@pytest.mark.parametrize('name, expected', [
+    ('aten::addmm', 'matrix product'), ('aten::bmm', 'matrix product'), ('aten::mm', 'matrix product'),
+    ('aten::mkldnn_convolution', 'convolution'), ('aten::native_layer_norm', 'normalization'),
+    ('aten::native_batch_norm', 'normalization'), ('aten::gelu_', 'activation'), ('aten::silu', 'activation'),
+    ('aten::add_', 'element-wise arithmetic'), ('aten::pow', 'element-wise arithmetic'),
+    ('aten::copy_', 'copy / layout'), ('aten::cat', 'copy / layout'), ('aten::linalg_vector_norm', 'reduction'),
+    ('aten::max_pool2d', 'pooling'), ('aten::_scaled_dot_product_flash_attention_for_cpu', 'attention (fused softmax)'),
+    ('aten::_softmax', 'softmax'), ('aten::empty', 'other'),
+])
+def test_operators_are_classified(name, expected):
+    assert op_class(name) == expected
+
+
+def test_profile_gives_each_row_its_time_per_operator_class(tool, tmp_path, capsys):
+    out_json = tmp_path / 'profile.json'
+    assert tool.main(['model', '--profile', '--models', "nalaformer_xt(attn_types='nala')", 'convnext_femto',
+                      '--sizes', '64', '--repeats', '1', '--warmup', '0', '--no-memory', '--device', 'cpu',
+                      '--out-json', str(out_json), '--out-png', str(tmp_path / 'profile.png')]) == 0
+    results = json.loads(out_json.read_text())['results']
+    rows = {r['model']: r['profile_ms'] for r in results}
+    assert all(r['gmacs'] > 0 and r['gmacs_per_s'] == pytest.approx(r['gmacs'] * 1000 / r['median_ms'])
+               for r in results)
+    for profile in rows.values():
+        assert profile['total'] == pytest.approx(sum(v for k, v in profile.items() if k != 'total'))
+        assert profile['matrix product'] > 0 and profile['convolution'] > 0
+    assert 'normalization' in rows['convnext_femto'] and 'reduction' in rows["nalaformer_xt(attn_types='nala')"]
+    assert '| model | size | batch | GMACs | GMACs/s | profiled ms | ' in capsys.readouterr().out
+
+
 def test_crossover_is_the_size_from_which_the_baseline_stays_faster():
     def row(model, side, batch, ms):
         return dict(model=model, size=[side, side], batch=batch, median_ms=ms)
@@ -179,6 +237,9 @@ def test_crossover_is_the_size_from_which_the_baseline_stays_faster():
     (['--sizes', '224', '448', '--batch-sizes', '1', '2', '3'], '--batch-sizes'),
     (['--models', 'convnext_tiny', '--baseline', 'resnet50'], '--baseline'),
     (['--models', 'nalaformer_xt', '--onnx', '--mode', 'train'], 'ONNX Runtime'),
+    (['--models', 'nalaformer_xt', '--deploy', '--mode', 'train'], "a reparameterized model ('deploy:' models"),
+    (['--models', 'deploy:nalaformer_xt', '--mode', 'train'], 'is for inference: use --mode infer'),
+    (['--models', 'nalaformer_xt', '--profile', '--device', 'cuda'], '--profile classifies CPU operators'),
 ])
 def test_user_errors_exit_2(tool, args, message, capfd):
     assert run_tool(tool.main, ['model', *args, '--repeats', '1']) == 2

@@ -24,8 +24,9 @@ __all__ = ['IMPLEMENTATIONS', 'ModelSpecError', 'ModelSpec', 'OnnxRuntimeModel',
            'create_model']
 
 # Prefixes of a benchmark's model entry: our model on another NaLa backend, the release's model, the model compiled
-# (torch.compile, default settings), or exported to ONNX and run by ONNX Runtime (inference on the CPU).
-IMPLEMENTATIONS = ('fused', 'reference', 'release', 'compiled', 'onnx')
+# (torch.compile, default settings), exported to ONNX and run by ONNX Runtime (inference on the CPU), reparameterized
+# for inference (timm's reparameterize_model), or without in-place inference (nalaformer.models.inplace_inference).
+IMPLEMENTATIONS = ('fused', 'reference', 'release', 'compiled', 'onnx', 'deploy', 'outofplace')
 
 
 class ModelSpecError(ConfigError):

@@ -4,7 +4,11 @@ The models of a size are timed alternating; ratios to a baseline model. Peak mem
 size), weights and optimizer state included; ``extra_mb`` above the built model, optimizer and input. ``fused:<spec>``
 / ``reference:<spec>`` run on that NaLa backend, ``release:<spec>`` the authors' model with our weights,
 ``compiled:<spec>`` the model under torch.compile (``--compile``: each model eager and compiled; compilation happens
-in the untimed warm-up). Examples::
+in the untimed warm-up), ``deploy:<spec>`` the model reparameterized for inference (timm's ``reparameterize_model``;
+``--deploy``: each model beside its deploy form), ``outofplace:<spec>`` NaLaFormer's inference without its in-place
+element-wise work (:func:`nalaformer.models.inplace_inference`). ``--profile`` adds, per row, one profiled
+iteration's CPU self time per operator class (:mod:`nalaformer.analysis.profiles`), and the multiply-adds of a
+forward with the rate the median time gives them. Examples::
 
     python3 tools/analysis/benchmark.py model --sizes 224 448 896 --batch-sizes 8 4 1
     python3 tools/analysis/benchmark.py model --compile --models nalaformer_t convnext_tiny --sizes 224
@@ -18,13 +22,17 @@ from typing import Dict, List, Optional, Tuple
 
 import torch
 import torch.nn.functional as F
+from timm.utils import reparameterize_model
 
 from ...errors import ConfigError
+from ...models import inplace_inference
 from ...ops import nala_backend
+from ..flops import model_flops
 from ..grids import parse_size
 from ..memory import add_worker_memory, free_memory, malloc_setting, memory_env, tune_malloc, worker_memory
 from ..models import ModelSpec, OnnxRuntimeModel, create_model, parse_entry
 from ..plots import panels, save_figure
+from ..profiles import class_times
 from ..release import load_release, release_model
 from ..results import add_ratios, format_optional, markdown_table, write_report
 from ..steps import ModelStep, backend_context, loss_summary
@@ -43,7 +51,7 @@ PEERS = dict(
     s=("nalaformer_s(attn_types='nala')", 'nalaformer_s', 'swin_small_patch4_window7_224', 'convnext_small',
        'efficientvit_b3'),
 )
-TWINS = ('compiled', 'onnx')  # implementations that --compile / --onnx add beside each plain model
+TWINS = ('compiled', 'onnx', 'deploy')  # implementations that --compile / --onnx / --deploy add beside each plain model
 DEFAULT_MODELS = (
     'nalaformer_t', "nalaformer_t(attn_types='nala')", "nalaformer_t(attn_types='softmax')",
     'swin_tiny_patch4_window7_224', 'convnext_tiny', 'deit_small_patch16_224',
@@ -53,8 +61,8 @@ DEFAULT_MODELS = (
 def add_arguments(parser: argparse.ArgumentParser):
     parser.add_argument('--models', nargs='+', default=list(DEFAULT_MODELS),
                         help="timm names or specs such as \"nalaformer_t(attn_types='nala')\"; prefix "
-                             "'fused:', 'reference:' (NaLa backend), 'release:' (see --release-file), 'compiled:' "
-                             "or 'onnx:'")
+                             "'fused:', 'reference:' (NaLa backend), 'release:' (see --release-file), 'compiled:', "
+                             "'onnx:', 'deploy:' or 'outofplace:'")
     parser.add_argument('--peers', choices=tuple(PEERS), default=None,
                         help='instead of --models: NaLaFormer of this size (all-NaLa, the baseline; the released '
                              'hybrid) beside Swin, ConvNeXt and EfficientViT of about its size')
@@ -63,6 +71,11 @@ def add_arguments(parser: argparse.ArgumentParser):
     parser.add_argument('--onnx', action='store_true',
                         help="also time each model exported to ONNX and run by ONNX Runtime (CPU inference; as "
                              "'onnx:<model>')")
+    parser.add_argument('--deploy', action='store_true',
+                        help="also time each model reparameterized for inference (timm's reparameterize_model; as "
+                             "'deploy:<model>')")
+    parser.add_argument('--profile', action='store_true',
+                        help='also profile one iteration of each model (CPU): self time per operator class')
     parser.add_argument('--release-file', type=Path, default=None,
                         help="the authors' NALA.py (outside this repository) for 'release:<spec>' models")
     parser.add_argument('--baseline', default=None, help='model the ratios refer to (default: the first)')
@@ -88,20 +101,24 @@ def make_step(spec: ModelSpec, size: Tuple[int, int], batch: int, mode: str, dev
     """Build ``spec`` for ``size`` (H, W) with a random (batch, 3, H, W) input; return one iteration.
 
     ``implementation``: None (as built), 'fused' / 'reference' (our model on that NaLa backend), 'release',
-    'compiled' or 'onnx' (ONNX Runtime, inference on the CPU).
+    'compiled', 'onnx' (ONNX Runtime, inference on the CPU), 'deploy' (reparameterized for inference) or
+    'outofplace' (inference without in-place element-wise work).
     Training: cross-entropy on random labels, AdamW.
     """
     torch.manual_seed(0)
     model = create_model(spec, img_size=size)
     if implementation == 'release':
         model = release_model(model, release_file)
+    if implementation == 'deploy':
+        model = reparameterize_model(model.eval())
     model = model.to(device)
     if implementation == 'compiled':
         model.compile()
     x = torch.randn(batch, 3, *size, device=device)
     if implementation == 'onnx':
         model = OnnxRuntimeModel(model, x)
-    context = backend_context(implementation if implementation in ('fused', 'reference') else None)
+    context = (backend_context(implementation if implementation in ('fused', 'reference') else None)
+               if implementation != 'outofplace' else lambda: inplace_inference(False))
     if mode == 'infer':
         return ModelStep(model, x, mode, device, amp, context=context)
     target = torch.randint(0, model.num_classes, (batch,), device=device)
@@ -142,14 +159,18 @@ def growth(results: List[Dict]) -> Dict[str, List[Dict]]:
 
 
 def run(args: argparse.Namespace) -> Dict:
+    if args.profile and args.device != 'cpu':
+        raise ConfigError('--profile classifies CPU operators: use --device cpu')
     device = check_device(args.device)
     models = list(PEERS[args.peers] if args.peers else args.models)
-    twins = [twin for twin, asked in zip(TWINS, (args.compile, args.onnx)) if asked]
+    twins = [twin for twin, asked in zip(TWINS, (args.compile, args.onnx, args.deploy)) if asked]
     entries = models + [f'{twin}:{m}' for twin in twins for m in models if parse_entry(m)[1] is None]
     specs = [parse_entry(m) for m in entries]
     if any(implementation == 'onnx' for _, implementation in specs) and (args.mode, device.type) != ('infer', 'cpu'):
         raise ConfigError("ONNX Runtime ('onnx:' models, --onnx) times inference on the CPU: use --mode infer "
                           '--device cpu')
+    if any(implementation == 'deploy' for _, implementation in specs) and args.mode != 'infer':
+        raise ConfigError("a reparameterized model ('deploy:' models, --deploy) is for inference: use --mode infer")
     if any(implementation == 'release' for _, implementation in specs):
         load_release(args.release_file)  # a missing or broken file is a user error now, not failed rows
     labels = [s.label for s, _ in specs]
@@ -166,6 +187,7 @@ def run(args: argparse.Namespace) -> Dict:
     release_file = args.release_file and str(args.release_file)
     meta = start_meta(
         device, args, mode=args.mode, amp=args.amp, peers=args.peers, compile=args.compile, onnx=args.onnx,
+        deploy=args.deploy, profile=args.profile,
         baseline=baseline, release_file=release_file,
         nala_backend=nala_backend(),
         malloc_timing=malloc_setting(device.type == 'cpu' and not args.no_malloc_tuning and tune_malloc()),
@@ -186,6 +208,10 @@ def run(args: argparse.Namespace) -> Dict:
                        **timing.row(spec.label, batch), peak_mb=None, extra_mb=None)
             if row['status'] == 'ok':
                 row.update(loss_summary(timing.steps[spec.label].losses))
+                if args.profile:
+                    row['profile_ms'] = class_times(timing.steps[spec.label])
+                    row['gmacs'] = model_flops(spec, size, batch).macs / 1e9
+                    row['gmacs_per_s'] = row['gmacs'] / (row['median_ms'] / 1000)
             results.append(row)
         del timing  # its steps: the models
         free_memory(device)
@@ -247,6 +273,18 @@ def table(report: Dict) -> str:
     return markdown_table(header, rows)
 
 
+def profile_table(report: Dict) -> str:
+    """Per profiled row: milliseconds (and share of the total) per operator class, the classes as columns."""
+    rows = [r for r in report['results'] if 'profile_ms' in r]
+    classes = list(dict.fromkeys(c for r in rows for c in r['profile_ms'] if c != 'total'))
+    header = ['model', 'size', 'batch', 'GMACs', 'GMACs/s', 'profiled ms'] + classes
+    return markdown_table(header, [
+        [r['model'], 'x'.join(map(str, r['size'])), str(r['batch']), f"{r['gmacs']:.1f}", f"{r['gmacs_per_s']:.1f}",
+         f"{r['profile_ms']['total']:.0f}"]
+        + [f"{r['profile_ms'][c]:.0f} ({100 * r['profile_ms'][c] / r['profile_ms']['total']:.0f}%)"
+           if c in r['profile_ms'] else '—' for c in classes] for r in rows])
+
+
 def plot(report: Dict, out: Path):
     """Per-image latency and peak memory against pixels per image, log-log, with slope-1 and slope-2 guides."""
     fig, axes = panels(1, 2, 6, 4.6)
@@ -284,6 +322,8 @@ def main(args: argparse.Namespace) -> int:
     report = run(args)
     written = write_report(report, args.out_json, plot, args.out_png)
     print(table(report))
+    if any('profile_ms' in r for r in report['results']):
+        print(profile_table(report))
     for model, cross in report['crossover'].items():
         where = (f"from {cross['overtakes_at'][0]}x{cross['overtakes_at'][1]}" if cross['overtakes_at'] else
                  'at none of the sizes')

@@ -1,0 +1,51 @@
+"""Where one iteration's time goes on the CPU, per class of operator (matrix products, convolutions, element-wise
+work, ...): PyTorch's profiler over one call (of three, the one of median total), each ATen operator's self time (its
+own work, not its callees') summed by class.
+
+Profiling adds a few microseconds per operator, so a model of many small operators reads a little slower here
+than in a plain timing; the classes' shares are what to compare.
+"""
+from typing import Callable, Dict, Tuple
+
+from torch.profiler import ProfilerActivity, profile
+
+__all__ = ['OP_CLASSES', 'op_class', 'class_times']
+
+# (class, name fragments of ATen operators), first match wins; an operator matching none is 'other'.
+OP_CLASSES: Tuple[Tuple[str, Tuple[str, ...]], ...] = (
+    ('attention (fused softmax)', ('scaled_dot_product', 'flash_attention', 'efficient_attention')),
+    ('softmax', ('softmax',)),
+    ('matrix product', ('addmm', 'bmm', 'matmul', 'aten::mm', 'linear', 'baddbmm')),
+    ('convolution', ('conv', 'mkldnn_convolution')),
+    ('normalization', ('layer_norm', 'batch_norm', 'group_norm')),
+    ('activation', ('gelu', 'silu', 'relu', 'hardswish', 'sigmoid', 'tanh')),
+    ('copy / layout', ('copy_', 'clone', 'contiguous', 'cat', 'stack', 'pad', 'roll', 'index', 'to_copy', 'repeat')),
+    ('pooling', ('pool',)),
+    ('reduction', ('sum', 'mean', 'norm', 'amax', 'max', 'min', 'cumsum')),
+    ('element-wise arithmetic', ('add', 'sub', 'mul', 'div', 'pow', 'abs', 'neg', 'sqrt', 'exp', 'reciprocal',
+                                 'clamp', 'where', 'gt', 'lt', 'ge', 'le', 'eq', 'sign', 'square', 'lerp')),
+)
+
+
+def op_class(name: str) -> str:
+    """The class of an operator named as the profiler names it (``aten::addmm``)."""
+    return next((cls for cls, fragments in OP_CLASSES if any(f in name for f in fragments)), 'other')
+
+
+def class_times(call: Callable[[], object], rounds: int = 3) -> Dict[str, float]:
+    """Milliseconds of CPU self time per operator class in one ``call()``, largest first, then 'total'; classes
+    with no time are left out. Of ``rounds`` profiled calls, the one of median total (a call slowed by another
+    process does not decide the shares)."""
+    profiles = sorted((_one_call(call) for _ in range(rounds)), key=lambda times: times['total'])
+    return profiles[len(profiles) // 2]
+
+
+def _one_call(call: Callable[[], object]) -> Dict[str, float]:
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        call()
+    times: Dict[str, float] = {}
+    for event in prof.key_averages():
+        if event.self_cpu_time_total > 0:
+            cls = op_class(event.key)
+            times[cls] = times.get(cls, 0.0) + event.self_cpu_time_total / 1000
+    return dict(sorted(times.items(), key=lambda item: -item[1]), total=sum(times.values()))
