@@ -16,7 +16,7 @@
 # default) and cuts the last step's budget to what is left, so the summary and the archive always get written;
 # a step left out is reported 'not measured: did not run'. The steps the fused-kernel decision needs come first.
 #   install 30        the bundle's wheels into $SITE (pip --target, no index); nalaformer runs from this tree
-#   environment 15    versions, the GPU, every import the steps need
+#   environment 40    versions, the GPU, every import the steps need (cold imports took over 15 s on an H200)
 #   kernels 90        fused kernel vs PyTorch op vs SDPA, forward and forward+backward, bf16, at the shape of
 #                     NaLaFormer-T's stage 1 (1 head of 64): 64 x 3,136, 8 x 16,384 and 2 x 65,536 tokens
 #   train_bf16 120    NaLaFormer-T training step at 224, batch 64, AMP bf16, PyTorch op vs fused kernel
@@ -80,7 +80,7 @@ fi
 export PYTHONPATH="$SITE:$PWD"
 
 nvidia-smi --query-gpu=name,memory.total,clocks.max.sm,clocks.max.mem,driver_version --format=csv 2>&1 | tee -a "$LOG"
-step environment 15 python3 -c '
+step environment 40 python3 -c '
 import sys, torch, triton, timm, pytest
 import nalaformer.kernels.nala_triton
 from nalaformer.mmcv_build import allow_mmcv_lite
