@@ -20,7 +20,12 @@ FIGURES_TABLE = 'what'  # first header cell of README's "Measured and accounted 
 SR_TABLE = 'mode (accounted, GiB)'  # first header cell of README's SR memory table
 SR = {'accounted': 'benchmark_sr_cpu/accounted/benchmark_sr.json', '16k': 'benchmark_sr_cpu/16k/benchmark_sr.json',
       'large': 'benchmark_sr_cpu/large/benchmark_sr.json'}
-PEERS_TABLE = 'peers (ms per batch, median)'  # first header cell of README's peers table (docs/peers_cpu/*.json)
+# README's peers tables: first header cell -> their folder in docs/ (infer.json, train.json, compiled.json), the
+# columns after the model's name (inference and training sizes, peak memory at 2048, twins) and the last size.
+PEERS_TABLES = {
+    'peers (ms per batch, median)': ('peers_cpu', True, ('compiled', 'onnx')),
+    'peers, CUDA (ms per batch, median)': ('peers_cuda', False, ('compiled',)),
+}
 NO_DATA_FILE = {'numerical parity with the release'}  # tolerances asserted by tests/test_release_parity.py
 
 
@@ -75,11 +80,36 @@ def non_tie(conv_mixers, a, b):
     return one(mechanism_verdicts(), conv_mixers=conv_mixers, a=a, b=b, verdict='>')['diff']
 
 
+def inplace_1344(model_name, key):
+    """A figure of all-NaLa NaLaFormer-T (``model_name`` with its implementation prefix) at 1344² in the in-place
+    inference run."""
+    return model('peers_cpu/inplace.json', f"{model_name}(attn_types='nala')", 1344)[key]
+
+
+def gpu_kernel_speedups(mode):
+    """The fused kernel's speed-up over the PyTorch op per shape in the GPU run (PyTorch op's time / fused's)."""
+    rows = data('gpu_acceptance/summary.json')['reports']['kernels']['rows']
+    ms = {(r['batch'], r['tokens'], r['method']): r['ms'] for r in rows if r['mode'] == mode}
+    return [ms[b, n, 'torch'] / ms[b, n, 'fused'] for b, n, method in ms if method == 'fused']
+
+
+def gpu_train_ratio():
+    rows = {r['model']: r for r in data('gpu_acceptance/summary.json')['reports']['train_bf16']['results']}
+    return rows['fused:nalaformer_t']['throughput'] / rows['nalaformer_t']['throughput']
+
+
 def block_softmax():
     return [r for r in data('nala_block_vs_softmax_cpu.json')['results'] if r['method'] == 'softmax' and r['status'] == 'ok']
 
 
 FIGURES = [  # (row of the figures table or None for anywhere in README, pattern, the file's values)
+    ('the fused kernel on a GPU', r'forward ([\d.]+)-([\d.]+)x, forward\+backward ([\d.]+)-([\d.]+)x the PyTorch op; '
+                                  r'NaLaFormer-T bf16 training step ([\d.]+)x img/s',
+     lambda: (*span(gpu_kernel_speedups('forward')), *span(gpu_kernel_speedups('forward_backward')), gpu_train_ratio())),
+    ('NaLaFormer-T all-NaLa inference at 1344', r'([\d.]+)x peak memory \(([\d.]+)x out of place\), ([\d.]+)x time',
+     lambda: (inplace_1344('nalaformer_t', 'peak_mb') / inplace_1344('release:nalaformer_t', 'peak_mb'),
+              inplace_1344('outofplace:nalaformer_t', 'peak_mb') / inplace_1344('release:nalaformer_t', 'peak_mb'),
+              inplace_1344('nalaformer_t', 'median_ms') / inplace_1344('release:nalaformer_t', 'median_ms'))),
     ('the fast NaLa op', r'forward\+backward ([\d.]+)x time, ([\d.]+)x memory',
      lambda: (op('nala_op_cpu.json', 'fast')['latency_ratio'], op('nala_op_cpu.json', 'fast')['memory_ratio'])),
     ('NaLaFormer-T vs the release', r'([\d.]+)x time, ([\d.]+)x live memory',
@@ -207,11 +237,14 @@ def test_sr_memory_table_is_the_accounting():
         assert all(agrees(p, v) for p, v in zip(printed, expected)), (mode_name, tokens, printed, expected)
 
 
-def test_peers_table_is_the_benchmark():
-    """Each cell of README's peers table: the median time of its model at its size in benchmark.py model's reports
-    (inference, training, compiled / ONNX Runtime twins), the peak memory, and where all-NaLa is as fast."""
-    rows = tables(README.read_text())[PEERS_TABLE]
-    infer, train, twins = (data(f'peers_cpu/{name}.json') for name in ('infer', 'train', 'compiled'))
+@pytest.mark.parametrize('title', PEERS_TABLES)
+def test_peers_table_is_the_benchmark(title):
+    """Each cell of a README peers table: the median time of its model at its size in benchmark.py model's reports
+    (inference at 224-2048, training at 224 and 512, compiled / ONNX Runtime twins at 224), the peak memory at 2048
+    where the table has it, and where all-NaLa is as fast."""
+    folder, memory, twin_names = PEERS_TABLES[title]
+    rows = tables(README.read_text())[title]
+    infer, train, twins = (data(f'{folder}/{name}.json') for name in ('infer', 'train', 'compiled'))
 
     def cell(report, model, side, key='median_ms', scale=1.0):
         found = [r for r in report['results'] if r['model'] == model and r['size'] == [side, side]]
@@ -221,8 +254,9 @@ def test_peers_table_is_the_benchmark():
     for model, *printed in (r for r in rows):
         model = model.strip('`')
         expected = [cell(infer, model, side) for side in (224, 512, 1024, 2048)] + \
-            [cell(infer, model, 2048, 'peak_mb', 1 / 1024)] + [cell(train, model, side) for side in (224, 512)] + \
-            [cell(twins, f'{twin}:{model}', 224) for twin in ('compiled', 'onnx')]
+            [cell(infer, model, 2048, 'peak_mb', 1 / 1024)] * memory + [cell(train, model, side) for side in (224, 512)] + \
+            [cell(twins, f'{twin}:{model}', 224) for twin in twin_names]
+        assert len(printed) == len(expected) + 1, (title, model, printed)
         for text, value in zip(printed, expected):
             assert (text == '—') if value is None else agrees(text, value), (model, printed, expected)
         crossing = infer['crossover'].get(model)
