@@ -20,11 +20,14 @@ FIGURES_TABLE = 'what'  # first header cell of README's "Measured and accounted 
 SR_TABLE = 'mode (accounted, GiB)'  # first header cell of README's SR memory table
 SR = {'accounted': 'benchmark_sr_cpu/accounted/benchmark_sr.json', '16k': 'benchmark_sr_cpu/16k/benchmark_sr.json',
       'large': 'benchmark_sr_cpu/large/benchmark_sr.json'}
-# README's peers tables: first header cell -> their folder in docs/ (infer.json, train.json, compiled.json), the
-# columns after the model's name (inference and training sizes, peak memory at 2048, twins) and the last size.
+# README's peers tables: first header cell -> benchmark.py model's reports in docs/ (inference; training and
+# compiled / ONNX twins, or None), whether the table gives peak memory at 2048, and the twins it shows.
 PEERS_TABLES = {
-    'peers (ms per batch, median)': ('peers_cpu', True, ('compiled', 'onnx')),
-    'peers, CUDA (ms per batch, median)': ('peers_cuda', False, ('compiled',)),
+    'peers (ms per batch, median)': ('peers_cpu/infer.json', 'peers_cpu/train.json', 'peers_cpu/compiled.json', True,
+                                     ('compiled', 'onnx')),
+    'peers, CUDA (ms per batch, median)': ('peers_cuda/infer.json', 'peers_cuda/train.json', 'peers_cuda/compiled.json',
+                                           False, ('compiled',)),
+    'peers XT (ms per batch, median)': ('peers_cpu/infer_xt.json', None, None, True, ()),
 }
 NO_DATA_FILE = {'numerical parity with the release'}  # tolerances asserted by tests/test_release_parity.py
 
@@ -240,11 +243,11 @@ def test_sr_memory_table_is_the_accounting():
 @pytest.mark.parametrize('title', PEERS_TABLES)
 def test_peers_table_is_the_benchmark(title):
     """Each cell of a README peers table: the median time of its model at its size in benchmark.py model's reports
-    (inference at 224-2048, training at 224 and 512, compiled / ONNX Runtime twins at 224), the peak memory at 2048
-    where the table has it, and where all-NaLa is as fast."""
-    folder, memory, twin_names = PEERS_TABLES[title]
+    (inference at 224-2048; training at 224 and 512 and compiled / ONNX Runtime twins at 224 where the table has
+    them), the peak memory at 2048 where the table has it, and where all-NaLa is as fast."""
+    infer_file, train_file, twins_file, memory, twin_names = PEERS_TABLES[title]
     rows = tables(README.read_text())[title]
-    infer, train, twins = (data(f'{folder}/{name}.json') for name in ('infer', 'train', 'compiled'))
+    infer = data(infer_file)
 
     def cell(report, model, side, key='median_ms', scale=1.0):
         found = [r for r in report['results'] if r['model'] == model and r['size'] == [side, side]]
@@ -254,8 +257,9 @@ def test_peers_table_is_the_benchmark(title):
     for model, *printed in (r for r in rows):
         model = model.strip('`')
         expected = [cell(infer, model, side) for side in (224, 512, 1024, 2048)] + \
-            [cell(infer, model, 2048, 'peak_mb', 1 / 1024)] * memory + [cell(train, model, side) for side in (224, 512)] + \
-            [cell(twins, f'{twin}:{model}', 224) for twin in twin_names]
+            [cell(infer, model, 2048, 'peak_mb', 1 / 1024)] * memory + \
+            ([cell(data(train_file), model, side) for side in (224, 512)] if train_file else []) + \
+            [cell(data(twins_file), f'{twin}:{model}', 224) for twin in twin_names]
         assert len(printed) == len(expected) + 1, (title, model, printed)
         for text, value in zip(printed, expected):
             assert (text == '—') if value is None else agrees(text, value), (model, printed, expected)
