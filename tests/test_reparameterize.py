@@ -13,6 +13,7 @@ import torch.nn as nn
 from timm.utils import reparameterize_model
 
 import nalaformer  # noqa: F401  (registers the models)
+from nalaformer.models import inplace_inference
 from nalaformer.models.layers import DepthwiseConv2d, NaLaBlock
 from nalaformer.ops.nala import rope_angles, rope_table
 
@@ -194,3 +195,30 @@ def test_block_reparameterize_is_exact_in_float64(conv_mixers):
     for b, xi in zip((block, deploy), xs):
         b(xi, rope).square().sum().backward()
     torch.testing.assert_close(xs[1].grad, xs[0].grad, rtol=1e-10, atol=1e-10)
+
+
+# Every task family whose network runs NaLaFormer's blocks: classification, super-resolution (NaLaAttention in its
+# global slot), and the features_only backbone that segmentation and detection build on.
+FAMILIES = {
+    'classification': (lambda: timm.create_model('nalaformer_xt', attn_types='nala'), (2, 3, 64, 96)),
+    'super-resolution': (lambda: timm.create_model('nalasr_light'), (1, 3, 24, 32)),
+    'dense backbone': (lambda: timm.create_model('nalaformer_xt', features_only=True), (1, 3, 64, 96)),
+}
+
+
+@pytest.mark.parametrize('family', list(FAMILIES))
+def test_in_place_inference_matches_the_plain_ops_in_every_family(family):
+    """In-place inference (the default) against the same network within inplace_inference(False): the outputs agree
+    up to float rounding, and the input is never written."""
+    build, shape = FAMILIES[family]
+    torch.manual_seed(0)
+    model = build().eval()
+    x = torch.randn(*shape)
+    x_copy = x.clone()
+    with torch.inference_mode():
+        fast = model(x)
+        with inplace_inference(False):
+            plain = model(x)
+    assert torch.equal(x, x_copy)
+    for out, ref in zip(*(o if isinstance(o, (list, tuple)) else [o] for o in (fast, plain))):
+        assert_rel_close(out, ref)

@@ -9,8 +9,8 @@ one another), so that no block copies between the two layouts; values are as in 
 
 At inference (no autograd graph recorded: ``torch.no_grad`` / ``torch.inference_mode``) the blocks do
 their element-wise work in place on the temporaries they made themselves (never on their input or on
-anything autograd keeps), which lowers the peak memory; the values are those of the plain ops. As with
-timm's in-place activations, a forward hook that keeps a submodule's output (``qkvg``, ``fc1``, ``cpe1``,
+anything autograd keeps), which lowers the peak memory: the plain ops' operations, results equal up to
+float rounding. As with timm's in-place activations, a forward hook that keeps a submodule's output (``qkvg``, ``fc1``, ``cpe1``,
 ``attn``, ``ffn``, ...) sees it overwritten later: clone it in the hook, or run within
 ``inplace_inference(False)``.
 
