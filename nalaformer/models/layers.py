@@ -10,8 +10,8 @@ one another), so that no block copies between the two layouts; values are as in 
 At inference (no autograd graph recorded: ``torch.no_grad`` / ``torch.inference_mode``) the blocks do
 their element-wise work in place on the temporaries they made themselves (never on their input or on
 anything autograd keeps), which lowers the peak memory: the plain ops' operations, results equal up to
-float rounding. As with timm's in-place activations, a forward hook that keeps a submodule's output (``qkvg``, ``fc1``, ``cpe1``,
-``attn``, ``ffn``, ...) sees it overwritten later: clone it in the hook, or run within
+float rounding. As with timm's in-place activations, a forward hook that keeps a submodule's output
+(``qkvg``, ``fc1``, ``cpe1``, ``attn``, ``ffn``, ...) sees it overwritten later: clone it in the hook, or run within
 ``inplace_inference(False)``.
 
 Inference reparameterization (timm's convention: ``timm.utils.reparameterize_model(model)`` calls every
@@ -30,6 +30,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 from timm.layers import DropPath, register_notrace_module
+from torch.nn.utils.fusion import fuse_conv_bn_weights
 
 from ..ops.kernels import build_attention_kernel
 from ..ops.nala import rope_angles, rope_table
@@ -85,29 +86,16 @@ def _fold_dtype(t: torch.Tensor) -> torch.dtype:
 
 
 @torch.no_grad()
-def fold_batchnorm(module: nn.Module, bn: nn.Module) -> bool:
-    """Fold an eval-mode BatchNorm (its running statistics) into the conv or Linear ``module`` before it,
-    in place: ``bn(module(x)) == module(x)`` afterwards, up to float rounding. The caller then drops ``bn``.
-
-    Returns False, changing nothing, when ``bn`` keeps no running statistics (nothing to fold).
+def fold_batchnorm(conv: nn.Conv2d, bn: nn.Module) -> bool:
+    """Fold an eval-mode BatchNorm (its running statistics) into the conv before it, in place
+    (``torch.nn.utils.fusion.fuse_conv_bn_weights``): ``bn(conv(x)) == conv(x)`` afterwards, up to float
+    rounding. The caller then drops ``bn``. Returns False, changing nothing, when ``bn`` keeps no running
+    statistics (nothing to fold).
     """
     if not isinstance(bn, nn.modules.batchnorm._BatchNorm) or bn.running_mean is None or bn.running_var is None:
         return False
-    weight = module.weight
-    dtype = _fold_dtype(weight)
-    scale = torch.rsqrt(bn.running_var.to(dtype) + bn.eps)
-    if bn.weight is not None:
-        scale = scale * bn.weight.to(dtype)
-    bias = -bn.running_mean.to(dtype) * scale
-    if module.bias is not None:
-        bias = bias + module.bias.to(dtype) * scale
-    if bn.bias is not None:
-        bias = bias + bn.bias.to(dtype)
-    weight.copy_(weight.to(dtype) * scale.reshape(-1, *([1] * (weight.dim() - 1))))
-    if module.bias is None:
-        module.bias = nn.Parameter(bias.to(weight.dtype))
-    else:
-        module.bias.copy_(bias)
+    conv.weight, conv.bias = fuse_conv_bn_weights(conv.weight, conv.bias, bn.running_mean, bn.running_var, bn.eps,
+                                                  bn.weight, bn.bias)
     return True
 
 
