@@ -25,16 +25,25 @@
 #                     (benchmark.py model --peers t), fp32 eager inference at 224, 512, 1024 and 2048 (batch 32,
 #                     8, 2, 1): latency and where NaLaFormer overtakes each (the CPU figures: README, docs/peers_cpu)
 #   peers_train 45    the same models' fp32 training step at 224 (batch 32) and 512 (batch 8)
-#   kernel_tests 110  tests/test_triton_kernels.py on the GPU, compiled (TRITON_INTERPRET=0); after the timings,
+#   kernel_tests 200  tests/test_triton_kernels.py on the GPU, compiled (TRITON_INTERPRET=0); after the timings,
 #                     which only a GPU can give (the benchmark's --check compares fused with the PyTorch op first)
 #   peers_compiled 90 all-NaLa, ConvNeXt-T and EfficientViT-B2 at 224, batch 32, eager and torch.compile'd
 #   upernet_bf16 55   UperNet-T at 512x512, batch 2, AMP bf16: 2 + 5 training iterations (random data)
 #   train_fp16 50     the train_bf16 step with AMP fp16 (GradScaler), 1 + 3 steps each: losses finite
-#   sr 60             the whole NaLa-SR x2 network (nalasr_light), batch 1, LR 128x128 and 256x288 (16,384 and
+#   sr 120            the whole NaLa-SR x2 network (nalasr_light), batch 1, LR 128x128 and 256x288 (16,384 and
 #                     73,728 tokens), inference and training step, global slot nala / SDPA / explicit softmax /
 #                     none, fp32 and bf16: CUDA max memory and latency (tools/analysis/benchmark.py sr; a run that
 #                     does not fit the GPU is reported 'out of memory', not accounted on fake tensors, for time)
+#   peers_profile 120 inference of all-NaLa on the PyTorch op ('torch:') and on the default ('auto': the fused
+#                     kernel in CUDA inference), ConvNeXt-T and EfficientViT-B2 at 224 and 2048 (batch 32, 1), each
+#                     with its GPU time per operator class (--profile): where the time goes
+#   peers_s 60        the inference of the peers step for NaLaFormer-S (--peers s)
+#   peers_memory 100  the T peers and all-NaLa on the op at 2048, batch 1: CUDA max memory (a fresh process each)
+#   peers_xt 50       the inference of the peers step for NaLaFormer-XT (--peers xt)
 #   summary 10        tools/analysis/gpu_acceptance_summary.py (after DEADLINE)
+# STEPS="kernel_tests:300 peers_s" runs only the steps named there (install, environment and the summary always
+# run), a step with ':SECONDS' under that budget instead: a second run that measures what a first one did not reach; KERNEL_TESTS="<expression>" selects kernel
+# tests the same way (pytest's -k).
 # The benchmarks run with --keep-going: a method or model that fails has its error in its row (and the log), the
 # others are still measured.
 # Writes to $OUT: summary.txt and summary.json (figures, each target and check, every step's report),
@@ -50,11 +59,22 @@ trap 'rm -rf "$WORK"' EXIT
 LOG="$OUT/run.log"
 : >"$LOG"
 export TRITON_INTERPRET=0 PYTHONUNBUFFERED=1 TQDM_DISABLE=1
-unset NALAFORMER_NALA_BACKEND  # unprefixed models run on the default backend, the PyTorch op
+unset NALAFORMER_NALA_BACKEND  # unprefixed models run on the default backend, 'auto'
 
 step() {  # step NAME BUDGET COMMAND...: COMMAND under timeout, its output logged; exit code and time to steps.tsv
     local name=$1 budget=$2 start=$SECONDS rc left=$((DEADLINE - SECONDS))
     shift 2
+    if [[ -n ${STEPS:-} && " install environment summary " != *" $name "* ]]; then
+        local chosen="" word
+        for word in $STEPS; do
+            [[ $word == "$name" || $word == "$name":* ]] && chosen=$word
+        done
+        if [[ -z $chosen ]]; then
+            echo "== $name: not selected (STEPS=$STEPS)" | tee -a "$LOG"
+            return
+        fi
+        [[ $chosen == *:* ]] && budget=${chosen#*:}
+    fi
     if ((left < 5)); then
         echo "== $name: not run, the run's $DEADLINE s are used up" | tee -a "$LOG"
         return
@@ -66,7 +86,7 @@ step() {  # step NAME BUDGET COMMAND...: COMMAND under timeout, its output logge
     printf '%s\t%d\t%d\t%d\n' "$name" "$rc" $((SECONDS - start)) "$budget" >>"$WORK/steps.tsv"
     echo "== $name: exit $rc after $((SECONDS - start)) s" | tee -a "$LOG"
 }
-PEERS=(python3 tools/analysis/benchmark.py model --peers t --device cuda --no-memory --keep-going)
+PEERS=(python3 tools/analysis/benchmark.py model --device cuda --no-memory --keep-going)
 TRAIN=(python3 tools/analysis/benchmark.py model --device cuda --mode train --sizes 224 --batch-sizes 64
        --models nalaformer_t fused:nalaformer_t --keep-going)
 
@@ -96,11 +116,12 @@ step kernels 90 python3 tools/analysis/benchmark.py kernels --device cuda --dtyp
     --out-dir "$WORK/kernels"
 step train_bf16 120 "${TRAIN[@]}" --amp bf16 --warmup 3 --repeats 10 \
     --out-json "$WORK/train_bf16.json" --out-png "$WORK/train_bf16.png"
-step peers 45 "${PEERS[@]}" --sizes 224 512 1024 2048 --batch-sizes 32 8 2 1 --warmup 2 --repeats 5 \
+step peers 45 "${PEERS[@]}" --peers t --sizes 224 512 1024 2048 --batch-sizes 32 8 2 1 --warmup 2 --repeats 5 \
     --out-json "$WORK/peers.json" --out-png "$WORK/peers.png"
-step peers_train 45 "${PEERS[@]}" --mode train --sizes 224 512 --batch-sizes 32 8 --warmup 2 --repeats 5 \
+step peers_train 45 "${PEERS[@]}" --peers t --mode train --sizes 224 512 --batch-sizes 32 8 --warmup 2 --repeats 5 \
     --out-json "$WORK/peers_train.json" --out-png "$WORK/peers_train.png"
-step kernel_tests 110 python3 -m pytest -q tests/test_triton_kernels.py --junitxml="$WORK/kernel_tests.xml"
+step kernel_tests 200 python3 -m pytest -q tests/test_triton_kernels.py ${KERNEL_TESTS:+-k "$KERNEL_TESTS"} \
+    --junitxml="$WORK/kernel_tests.xml"
 step peers_compiled 90 python3 tools/analysis/benchmark.py model --device cuda --no-memory --keep-going --compile \
     --models "nalaformer_t(attn_types='nala')" convnext_tiny efficientvit_b2 --sizes 224 --batch-sizes 32 \
     --warmup 3 --repeats 5 \
@@ -109,8 +130,20 @@ step upernet_bf16 55 python3 tools/analysis/benchmark.py segmentor --device cuda
     --warmup 2 --repeats 5 --out-json "$WORK/upernet_bf16.json"
 step train_fp16 50 "${TRAIN[@]}" --amp fp16 --warmup 1 --repeats 3 --no-memory \
     --out-json "$WORK/train_fp16.json" --out-png "$WORK/train_fp16.png"
-step sr 60 python3 tools/analysis/benchmark.py sr --device cuda --amp none bf16 --sizes 128x128 256x288 \
+step sr 120 python3 tools/analysis/benchmark.py sr --device cuda --amp none bf16 --sizes 128x128 256x288 \
     --account none --warmup 1 --repeats 3 --keep-going --out-dir "$WORK/sr"
+NALA_T=("torch:nalaformer_t(attn_types='nala')" "nalaformer_t(attn_types='nala')")  # the PyTorch op; the default
+T_PEERS=(nalaformer_t swin_tiny_patch4_window7_224 convnext_tiny efficientvit_b2)
+step peers_profile 120 python3 tools/analysis/benchmark.py model --device cuda --no-memory --keep-going --profile \
+    --models "${NALA_T[@]}" convnext_tiny efficientvit_b2 --sizes 224 2048 --batch-sizes 32 1 --warmup 2 --repeats 5 \
+    --out-json "$WORK/peers_profile.json" --out-png "$WORK/peers_profile.png"
+step peers_s 60 "${PEERS[@]}" --peers s --sizes 224 512 1024 2048 --batch-sizes 32 8 2 1 --warmup 2 \
+    --repeats 5 --out-json "$WORK/peers_s.json" --out-png "$WORK/peers_s.png"
+step peers_memory 100 python3 tools/analysis/benchmark.py model --device cuda --keep-going \
+    --models "${NALA_T[@]}" "${T_PEERS[@]}" --sizes 2048 --batch-sizes 1 --warmup 2 --repeats 5 \
+    --out-json "$WORK/peers_memory.json" --out-png "$WORK/peers_memory.png"
+step peers_xt 50 "${PEERS[@]}" --peers xt --sizes 224 512 1024 2048 --batch-sizes 32 8 2 1 --warmup 2 \
+    --repeats 5 --out-json "$WORK/peers_xt.json" --out-png "$WORK/peers_xt.png"
 # The summary runs whatever time is left.
 DEADLINE=$((SECONDS + 10)) step summary 10 python3 tools/analysis/gpu_acceptance_summary.py "$WORK" --out-dir "$OUT"
 

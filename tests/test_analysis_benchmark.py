@@ -123,7 +123,7 @@ def test_train_run_reports_losses_and_amp(tool, tmp_path, capsys):
                        '--out-json', str(out_json), '--out-png', str(tmp_path / 'train.png')]) == 0
     report = json.loads(out_json.read_text())
     row, = report['results']
-    assert report['meta']['amp'] == 'bf16' and report['meta']['nala_backend'] == 'torch'
+    assert report['meta']['amp'] == 'bf16' and report['meta']['nala_backend'] == 'auto'
     assert row['losses_finite'] is True and 5 < row['final_loss'] < 9  # cross-entropy of 1000 random classes
     assert '| yes |' in capsys.readouterr().out
 
@@ -140,6 +140,26 @@ def test_compile_times_each_model_eager_and_compiled(tool, tmp_path):
     assert list(rows) == ['nalaformer_xt', 'fused:nalaformer_xt', 'compiled:nalaformer_xt']
     assert all(r['status'] == 'ok' and r['median_ms'] > 0 for r in rows.values())
     assert report['meta']['compile'] is True and rows['compiled:nalaformer_xt']['latency_ratio'] > 0
+
+
+@pytest.mark.slow
+def test_frozen_twin_computes_the_model_and_is_timed(tool, tmp_path):
+    """'frozen:' is the model compiled with inductor's freezing: the model's logits, timed beside it (--freeze)."""
+    spec = ModelSpec('nalaformer_xt')
+    logits = {}
+    for implementation in (None, 'frozen'):
+        step = bench.make_step(spec, (32, 32), 2, 'infer', torch.device('cpu'), implementation)
+        with torch.inference_mode():
+            logits[implementation] = step.model.eval()(step.inputs)
+    torch.testing.assert_close(logits['frozen'], logits[None], rtol=1e-4, atol=1e-5)
+    out_json = tmp_path / 'frozen.json'
+    assert tool.main(['model', '--freeze', '--models', 'nalaformer_xt', '--sizes', '32', '--repeats', '2',
+                      '--warmup', '1', '--no-memory', '--device', 'cpu', '--out-json', str(out_json),
+                      '--out-png', str(tmp_path / 'frozen.png')]) == 0
+    report = json.loads(out_json.read_text())
+    rows = {r['model']: r for r in report['results']}
+    assert list(rows) == ['nalaformer_xt', 'frozen:nalaformer_xt'] and report['meta']['freeze'] is True
+    assert all(r['status'] == 'ok' and r['median_ms'] > 0 for r in rows.values())
 
 
 @pytest.mark.slow
@@ -194,6 +214,7 @@ def test_deploy_and_outofplace_twins_compute_the_model_and_are_timed(tool, tmp_p
     ('aten::copy_', 'copy / layout'), ('aten::cat', 'copy / layout'), ('aten::linalg_vector_norm', 'reduction'),
     ('aten::max_pool2d', 'pooling'), ('aten::_scaled_dot_product_flash_attention_for_cpu', 'attention (fused softmax)'),
     ('aten::_softmax', 'softmax'), ('aten::empty', 'other'),
+    ('nalaformer::nala_attention_forward', 'attention (fused NaLa kernel)'),
 ])
 def test_operators_are_classified(name, expected):
     assert op_class(name) == expected
@@ -239,7 +260,7 @@ def test_crossover_is_the_size_from_which_the_baseline_stays_faster():
     (['--models', 'nalaformer_xt', '--onnx', '--mode', 'train'], 'ONNX Runtime'),
     (['--models', 'nalaformer_xt', '--deploy', '--mode', 'train'], "a reparameterized model ('deploy:' models"),
     (['--models', 'deploy:nalaformer_xt', '--mode', 'train'], 'is for inference: use --mode infer'),
-    (['--models', 'nalaformer_xt', '--profile', '--device', 'cuda'], '--profile classifies CPU operators'),
+    (['--models', 'nalaformer_xt', '--freeze', '--mode', 'train'], "a frozen model ('frozen:' models, --freeze) is for"),
 ])
 def test_user_errors_exit_2(tool, args, message, capfd):
     assert run_tool(tool.main, ['model', *args, '--repeats', '1']) == 2
@@ -281,13 +302,17 @@ def test_backend_prefixes_run_our_model_on_that_nala_backend(monkeypatch):
                 module.register_forward_pre_hook(lambda *_: seen.append(nalaformer.ops.nala_backend()))
     watch_models(monkeypatch, record_backends)
     bench.make_step(spec, (32, 32), 1, 'infer', torch.device('cpu'), implementation)()
-    assert seen and set(seen) == {'reference'} and nalaformer.ops.nala_backend() == 'torch'
+    assert seen and set(seen) == {'reference'} and nalaformer.ops.nala_backend() == 'auto'
     seen.clear()
     bench.make_step(spec, (32, 32), 1, 'infer', torch.device('cpu'))()
+    assert seen and set(seen) == {'auto'}
+    seen.clear()
+    on_op, implementation = parse_entry('torch:nalaformer_xt')
+    bench.make_step(on_op, (32, 32), 1, 'infer', torch.device('cpu'), implementation)()
     assert seen and set(seen) == {'torch'}
     with backend_context('fused')():
         assert nalaformer.ops.nala_backend() == 'fused'
-    assert nalaformer.ops.nala_backend() == 'torch'
+    assert nalaformer.ops.nala_backend() == 'auto'
 
 
 @pytest.mark.slow

@@ -21,13 +21,17 @@ SR_TABLE = 'mode (accounted, GiB)'  # first header cell of README's SR memory ta
 SR = {'accounted': 'benchmark_sr_cpu/accounted/benchmark_sr.json', '16k': 'benchmark_sr_cpu/16k/benchmark_sr.json',
       'large': 'benchmark_sr_cpu/large/benchmark_sr.json'}
 # README's peers tables: first header cell -> benchmark.py model's reports in docs/ (inference; training and
-# compiled / ONNX twins, or None), whether the table gives peak memory at 2048, and the twins it shows.
+# compiled / ONNX twins, or None), whether the table gives peak memory at 2048, and the twins it shows ('': the
+# plain model in the twins' run).
 PEERS_TABLES = {
     'peers (ms per batch, median)': ('peers_cpu/infer.json', 'peers_cpu/train.json', 'peers_cpu/compiled.json', True,
-                                     ('compiled', 'onnx')),
+                                     ('', 'compiled', 'frozen', 'onnx')),
     'peers, CUDA (ms per batch, median)': ('peers_cuda/infer.json', 'peers_cuda/train.json', 'peers_cuda/compiled.json',
                                            False, ('compiled',)),
     'peers XT (ms per batch, median)': ('peers_cpu/infer_xt.json', None, None, True, ()),
+    'peers S (ms per batch, median)': ('peers_cpu/infer_s.json', None, None, True, ()),
+    'peers S, CUDA (ms per batch, median)': ('peers_cuda/infer_s.json', None, None, False, ()),
+    'peers XT, CUDA (ms per batch, median)': ('peers_cuda/infer_xt.json', None, None, False, ()),
 }
 NO_DATA_FILE = {'numerical parity with the release'}  # tolerances asserted by tests/test_release_parity.py
 
@@ -105,7 +109,31 @@ def block_softmax():
     return [r for r in data('nala_block_vs_softmax_cpu.json')['results'] if r['method'] == 'softmax' and r['status'] == 'ok']
 
 
+def cuda_nala_t(name, implementation, size, key='median_ms'):
+    """A figure of all-NaLa NaLaFormer-T on the H200: on the PyTorch op (implementation '') or fused ('fused:')."""
+    return model(f'peers_cuda/{name}.json', f"{implementation}nalaformer_t(attn_types='nala')", size)[key]
+
+
 FIGURES = [  # (row of the figures table or None for anywhere in README, pattern, the file's values)
+    ('NaLaFormer-T inference on a GPU', r"fused forward ([\d.]+)x \(224, batch 32\) and ([\d.]+)x \(2048\) the PyTorch "
+                                        r"op's speed, ([\d.]+)x CUDA peak memory at 2048",
+     lambda: (cuda_nala_t('profile', '', 224) / cuda_nala_t('profile', 'fused:', 224),
+              cuda_nala_t('profile', '', 2048) / cuda_nala_t('profile', 'fused:', 2048),
+              cuda_nala_t('memory', 'fused:', 2048, 'peak_mb') / cuda_nala_t('memory', '', 2048, 'peak_mb'))),
+    (None, r'all-NaLa took ([\d.]+) against ([\d.]+) ms at 224 b32 \(([\d.]+)x faster\) and ([\d.]+) against\s+'
+           r'([\d.]+) ms at 2048 \(([\d.]+)x\), where ConvNeXt-T took ([\d.]+) and ([\d.]+) ms and EfficientViT-B2 '
+           r'([\d.]+) and ([\d.]+) ms',
+     lambda: (cuda_nala_t('profile', 'fused:', 224), cuda_nala_t('profile', '', 224),
+              cuda_nala_t('profile', '', 224) / cuda_nala_t('profile', 'fused:', 224),
+              cuda_nala_t('profile', 'fused:', 2048), cuda_nala_t('profile', '', 2048),
+              cuda_nala_t('profile', '', 2048) / cuda_nala_t('profile', 'fused:', 2048),
+              *(model('peers_cuda/profile.json', peer, size)['median_ms'] for peer in ('convnext_tiny', 'efficientvit_b2')
+                for size in (224, 2048)))),
+    (None, r'all-NaLa ([\d.]+) GiB on the op and ([\d.]+) GiB fused, the\s+hybrid ([\d.]+), Swin-T ([\d.]+), '
+           r'ConvNeXt-T ([\d.]+), EfficientViT-B2 ([\d.]+) GiB',
+     lambda: tuple(model('peers_cuda/memory.json', name, 2048)['peak_mb'] / 1024 for name in (
+         "nalaformer_t(attn_types='nala')", "fused:nalaformer_t(attn_types='nala')", 'nalaformer_t',
+         'swin_tiny_patch4_window7_224', 'convnext_tiny', 'efficientvit_b2'))),
     ('the fused kernel on a GPU', r'forward ([\d.]+)-([\d.]+)x, forward\+backward ([\d.]+)-([\d.]+)x the PyTorch op; '
                                   r'NaLaFormer-T bf16 training step ([\d.]+)x img/s',
      lambda: (*span(gpu_kernel_speedups('forward')), *span(gpu_kernel_speedups('forward_backward')), gpu_train_ratio())),
@@ -259,7 +287,7 @@ def test_peers_table_is_the_benchmark(title):
         expected = [cell(infer, model, side) for side in (224, 512, 1024, 2048)] + \
             [cell(infer, model, 2048, 'peak_mb', 1 / 1024)] * memory + \
             ([cell(data(train_file), model, side) for side in (224, 512)] if train_file else []) + \
-            [cell(data(twins_file), f'{twin}:{model}', 224) for twin in twin_names]
+            [cell(data(twins_file), f'{twin}:{model}' if twin else model, 224) for twin in twin_names]
         assert len(printed) == len(expected) + 1, (title, model, printed)
         for text, value in zip(printed, expected):
             assert (text == '—') if value is None else agrees(text, value), (model, printed, expected)

@@ -207,6 +207,19 @@ def test_the_script_stops_starting_steps_at_its_deadline_and_still_summarises(su
     assert {'summary.txt', 'steps.tar.gz'} <= {p.name for p in out.iterdir()}
 
 
+def test_a_second_run_measures_only_the_steps_named_in_STEPS(summary_tool, tmp_path):
+    """STEPS names the steps a first run did not reach (one with the budget it gets instead of its own); install,
+    environment and the summary still run, in the script's order, and KERNEL_TESTS reaches pytest."""
+    out, calls = stubbed_script(tmp_path, STEPS='peers_xt kernel_tests:321', KERNEL_TESTS='falls_back or keeps_half')
+    summary = json.loads((out / 'summary.json').read_text())
+    assert list(summary['steps']) == ['install', 'environment', 'kernel_tests', 'peers_xt']
+    assert summary['steps']['kernel_tests']['budget'] == 321 and summary['steps']['peers_xt']['budget'] == 50
+    assert 'pytest -q tests/test_triton_kernels.py -k falls_back or keeps_half --junitxml' in calls.read_text()
+    got = statuses(summary)
+    assert got[summary_tool.CHECKS['peers']] == (summary_tool.NOT_MEASURED, "step 'peers' did not run (see run.log)")
+    assert '== kernels: not selected (STEPS=peers_xt kernel_tests:321)' in (out / 'run.log').read_text()
+
+
 @pytest.mark.slow
 def test_the_summary_reads_the_tools_real_reports(summary_tool, tmp_path):
     """benchmark.py model's and segmentor's own reports (CPU, tiny) through the summary."""

@@ -11,9 +11,11 @@ import os
 
 os.environ.setdefault('TRITON_INTERPRET', '1')
 
+import functools  # noqa: E402
 import json  # noqa: E402
 import subprocess  # noqa: E402
 import sys  # noqa: E402
+import warnings  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 import pytest  # noqa: E402
@@ -224,13 +226,42 @@ def test_backend_switch_selects_the_implementation(name, alpha):
     assert not torch.equal(expected['fused'][0], expected['torch'][0])
     assert not torch.equal(expected['torch'][1], expected['reference'][1])
     kernel = build_attention_kernel(name, **({} if alpha is None else dict(alpha=alpha)))
-    assert nala_backend() == backend.DEFAULT_BACKEND == 'torch'
-    assert_same(kernel_outputs(kernel, q, k, v, rope), expected['torch'])
+    assert nala_backend() == backend.DEFAULT_BACKEND == 'auto'
+    assert_same(kernel_outputs(kernel, q, k, v, rope), expected['torch'])  # 'auto' where q, k, v require grad
     for choice in BACKENDS:
         with use_nala_backend(choice):
             assert nala_backend() == choice
-            assert_same(kernel_outputs(kernel, q, k, v, rope), expected[choice])
-    assert nala_backend() == 'torch'
+            assert_same(kernel_outputs(kernel, q, k, v, rope), expected['torch' if choice == 'auto' else choice])
+    assert nala_backend() == 'auto'
+
+
+@pytest.mark.parametrize('name,alpha', [('nala', None), ('nala_cos', 5.0)])
+def test_auto_runs_the_fused_kernel_where_it_runs_compiled_and_no_gradient_flows(monkeypatch, name, alpha):
+    """The default, 'auto': the fused kernel for inference where it runs compiled (a GPU), the PyTorch operator
+    where q, k or v requires grad, where the kernel cannot take the inputs (silently) and in the interpreter."""
+    kernel = build_attention_kernel(name, **({} if alpha is None else dict(alpha=alpha)))
+
+    def without_grad(function, *inputs):
+        with torch.no_grad():
+            return function(*inputs)
+
+    torch_op = functools.partial(nala_fast.nala_cos_attention, alpha=alpha) if alpha else nala_fast.nala_attention
+    fused_op = functools.partial(fused, alpha=alpha)
+    q, k, v, rope = make_inputs(1, 2, 5, 7, 32)
+    q6, k6, v6, rope6 = make_inputs(1, 1, 2, 3, 132)  # a head dim above the fused kernel's 128
+    with warnings.catch_warnings():
+        warnings.simplefilter('error')  # no fallback warning: nobody asked for 'fused'
+        assert torch.equal(without_grad(kernel, q6, k6, v6, rope6), without_grad(torch_op, q6, k6, v6, rope6))
+        if INTERPRETED:  # the interpreter is exact but slow: never chosen
+            assert torch.equal(without_grad(kernel, q, k, v, rope), without_grad(torch_op, q, k, v, rope))
+    if INTERPRETED:  # as on a machine whose compiled kernels take these tensors (the interpreter runs them here)
+        monkeypatch.setattr(nala_triton, 'INTERPRETED', False)
+        monkeypatch.setattr(nala_triton, 'unsupported_reason', lambda *inputs: None)
+    assert nala_backend() == 'auto'
+    assert torch.equal(without_grad(kernel, q, k, v, rope), without_grad(fused_op, q, k, v, rope))
+    frozen = [x.detach() for x in (q, k, v)]  # grad enabled, but none flows into attention (a frozen backbone)
+    assert torch.equal(kernel(*frozen, rope), without_grad(fused_op, q, k, v, rope))
+    assert_same(kernel_outputs(kernel, q, k, v, rope), implementation_outputs(q, k, v, rope, alpha)['torch'])
 
 
 def test_triton_names_ask_for_the_fused_backend():
@@ -299,7 +330,8 @@ def test_torchscript_runs_the_reference():
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize('value,expected', [('', 'torch'), ('fused', 'fused'), ('Reference', 'reference')])
+@pytest.mark.parametrize('value,expected', [('', 'auto'), ('fused', 'fused'), ('Reference', 'reference'),
+                                            ('torch', 'torch')])
 def test_backend_from_the_environment(value, expected):
     code = 'import nalaformer.ops as ops; print(ops.nala_backend())'
     env = {**os.environ, backend.BACKEND_ENV: value}
@@ -310,7 +342,7 @@ def test_backend_from_the_environment(value, expected):
 
 @pytest.mark.slow
 def test_bad_backend_names_fail_clearly():
-    with pytest.raises(ValueError, match=r"one of \('torch', 'fused', 'reference'\)"):
+    with pytest.raises(ValueError, match=r"one of \('auto', 'torch', 'fused', 'reference'\)"):
         with use_nala_backend('triton'):
             pass
     env = {**os.environ, backend.BACKEND_ENV: 'cuda'}
@@ -440,5 +472,5 @@ def test_benchmark_tool_smoke(tmp_path, capsys):
     assert results['triton_interpreter'] == INTERPRETED
     assert all(err < 1e-5 for c in results['checks'] for err in c['relative_max_error'].values())
     assert 'forward_backward' in capsys.readouterr().out
-    assert nala_backend() == 'torch'
+    assert nala_backend() == 'auto'
     assert (tmp_path / 'benchmark_kernels.png').read_bytes()[:8] == b'\x89PNG\r\n\x1a\n'

@@ -23,10 +23,10 @@ from ..errors import ConfigError
 __all__ = ['IMPLEMENTATIONS', 'ModelSpecError', 'ModelSpec', 'OnnxRuntimeModel', 'parse_model_spec', 'parse_entry',
            'create_model']
 
-# Prefixes of a benchmark's model entry: our model on another NaLa backend, the release's model, the model compiled
-# (torch.compile, default settings), exported to ONNX and run by ONNX Runtime (inference on the CPU), reparameterized
+# Prefixes of a benchmark's model entry: our model on a given NaLa backend, the release's model, the model compiled
+# (torch.compile, default settings; 'frozen': with inductor's freezing, for inference), exported to ONNX and run by ONNX Runtime (inference on the CPU), reparameterized
 # for inference (timm's reparameterize_model), or without in-place inference (nalaformer.models.inplace_inference).
-IMPLEMENTATIONS = ('fused', 'reference', 'release', 'compiled', 'onnx', 'deploy', 'outofplace')
+IMPLEMENTATIONS = ('torch', 'fused', 'reference', 'release', 'compiled', 'frozen', 'onnx', 'deploy', 'outofplace')
 
 
 class ModelSpecError(ConfigError):
@@ -57,7 +57,7 @@ def parse_model_spec(text: str) -> ModelSpec:
 
 def parse_entry(text: str) -> Tuple[ModelSpec, Optional[str]]:
     """A benchmark's model entry: its spec (labelled with the whole entry) and its :data:`IMPLEMENTATIONS` prefix,
-    if any (``fused:<spec>``, ``reference:<spec>``, ``release:<spec>``)."""
+    if any (``torch:<spec>``, ``fused:<spec>``, ``release:<spec>``, ...)."""
     implementation, _, rest = text.partition(':')
     if implementation not in IMPLEMENTATIONS or not rest:
         return parse_model_spec(text), None

@@ -21,7 +21,7 @@ def autocast(device: torch.device, amp: str) -> ContextManager:
 
 
 def backend_context(backend: Optional[str]) -> Callable[[], ContextManager]:
-    """A fresh context per iteration: the NaLa backend ``backend`` ('torch', 'fused', 'reference'), or, for None,
+    """A fresh context per iteration: the NaLa backend ``backend`` (``nalaformer.ops.BACKENDS``), or, for None,
     whichever is current."""
     return contextlib.nullcontext if backend is None else lambda: use_nala_backend(backend)
 

@@ -1,7 +1,9 @@
 """Which implementation runs the ``nala`` / ``nala_cos`` attention kernels: the one place that dispatches.
 
 ===============  ==============================================================================
-``'torch'``      (default) the PyTorch operator of :mod:`nalaformer.ops.nala_fast`, on every device
+``'auto'``       (default) the fused Triton kernel where it runs compiled (CUDA) and no gradient flows
+                 into the attention (inference, a frozen backbone); the PyTorch operator otherwise
+``'torch'``      the PyTorch operator of :mod:`nalaformer.ops.nala_fast`, on every device
 ``'fused'``      the fused Triton kernel (:mod:`nalaformer.kernels.nala_triton`) for the inputs it
                  supports (CUDA tensors in float16 / bfloat16 / float32, head dim <= 128, or any
                  tensors under ``TRITON_INTERPRET=1``), the PyTorch operator elsewhere: CPU,
@@ -22,15 +24,15 @@ threads, and threads started inside the block, run on the default. Recomputation
 the reference (``torch.jit.script`` cannot call the operators).
 
 Where a ``'fused'`` request falls back to the PyTorch operator, a warning says why, once per reason
-(under ``torch.compile`` when the model is traced).
+(under ``torch.compile`` when the model is traced); ``'auto'`` falls back without a word.
 
 The kernels (:mod:`nalaformer.ops.kernels`) run NaLa through :func:`run_nala`; those named
 ``nala_triton`` / ``nala_cos_triton`` in ``attn_types`` always ask for ``'fused'`` and are registered
 where triton is installed (:data:`FUSED_AVAILABLE`). Only a missing triton leaves them out: any other
-error importing the fused kernels is raised. The fused kernel is not the CUDA default
-yet: it becomes the default once ``scripts/gpu_acceptance.sh`` has shown it correct in compiled mode
-and faster than the PyTorch operator in a model's training step on a GPU, which has not happened
-(see kernels/README.md).
+error importing the fused kernels is raised. Why ``'auto'`` splits as it does, measured on an H200
+(``scripts/gpu_acceptance.sh``, kernels/README.md): NaLaFormer-T's inference on the fused forward is
+1.20x (224, batch 32) to 1.47x (2048) the PyTorch operator's speed, but its training step, which runs
+the fused backward too, 0.96x.
 """
 import contextlib
 import contextvars
@@ -54,9 +56,9 @@ except ImportError as err:
 __all__ = ['BACKENDS', 'BACKEND_ENV', 'DEFAULT_BACKEND', 'FUSED_AVAILABLE', 'nala_backend', 'use_nala_backend',
            'running_backend', 'run_nala']
 
-BACKENDS = ('torch', 'fused', 'reference')
+BACKENDS = ('auto', 'torch', 'fused', 'reference')
 BACKEND_ENV = 'NALAFORMER_NALA_BACKEND'
-DEFAULT_BACKEND = 'torch'
+DEFAULT_BACKEND = 'auto'
 # The fused kernels can be asked for (the ``nala_triton`` kernels are registered) where triton is installed.
 FUSED_AVAILABLE = nala_triton is not None
 
@@ -99,7 +101,11 @@ def _say_fallback(reason: str) -> bool:
 def running_backend(requested: str, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                     rope: torch.Tensor) -> str:
     """The backend that computes attention on these inputs: ``requested``, except that a ``'fused'``
-    request runs on ``'torch'`` where the fused kernel cannot (a warning says why, once per reason)."""
+    request runs on ``'torch'`` where the fused kernel cannot (a warning says why, once per reason), and
+    ``'auto'`` is ``'fused'`` where the compiled fused kernel takes these inputs and no gradient flows into
+    them (grad disabled, or none of q, k, v requires grad), ``'torch'`` otherwise."""
+    if requested == 'auto':
+        return 'fused' if _fused_for_inference(q, k, v, rope) else 'torch'
     if requested != 'fused':
         return requested
     reason = 'triton is not installed' if nala_triton is None else nala_triton.unsupported_reason(q, k, v, rope)
@@ -107,6 +113,13 @@ def running_backend(requested: str, q: torch.Tensor, k: torch.Tensor, v: torch.T
         return 'fused'
     _say_fallback(reason)
     return 'torch'
+
+
+def _fused_for_inference(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, rope: torch.Tensor) -> bool:
+    # The interpreter is exact but slow: 'auto' never chooses it.
+    return (nala_triton is not None and not nala_triton.interpreting()
+            and not (torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad))
+            and nala_triton.unsupported_reason(q, k, v, rope) is None)
 
 
 def run_nala(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, rope: torch.Tensor, alpha: Optional[float] = None,

@@ -18,7 +18,9 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 # Step name -> its output in the work dir (the names scripts/gpu_acceptance.sh uses).
 FILES = dict(kernel_tests='kernel_tests.xml', kernels='kernels/benchmark_kernels.json', train_bf16='train_bf16.json',
              upernet_bf16='upernet_bf16.json', train_fp16='train_fp16.json', sr='sr/benchmark_sr.json',
-             peers='peers.json', peers_train='peers_train.json', peers_compiled='peers_compiled.json')
+             peers='peers.json', peers_train='peers_train.json', peers_compiled='peers_compiled.json',
+             peers_profile='peers_profile.json', peers_s='peers_s.json', peers_memory='peers_memory.json',
+             peers_xt='peers_xt.json')
 TIMED_OUT = (124, 137)  # timeout(1)'s exit codes: limit reached, killed after it
 # The issue's targets: the fused kernel against the PyTorch op, alone and in NaLaFormer-T's training step.
 LARGE_TOKENS = 65536
@@ -46,6 +48,11 @@ CHECKS = {
              'every model timed',
     'peers_train': 'the same peers, training step: every model timed',
     'peers_compiled': 'all-NaLa, ConvNeXt-T and EfficientViT-B2 compiled (--compile), inference: every model timed',
+    'peers_profile': 'all-NaLa on the PyTorch op and the fused kernel beside the T peers, inference with GPU time per '
+                     'operator class (--profile): every model timed',
+    'peers_s': 'NaLaFormer-S beside Swin-S, ConvNeXt-S and EfficientViT-B3 (--peers s), inference: every model timed',
+    'peers_memory': 'the T peers and fused all-NaLa at 2048, CUDA max memory: every model timed',
+    'peers_xt': 'NaLaFormer-XT beside ConvNeXt-femto and EfficientViT-B1 (--peers xt), inference: every model timed',
 }
 # benchmark.py sr's baseline and the global attentions compared with it in the summary.
 SR_BASELINE, SR_COMPARED = 'nala', ('softmax_explicit', 'softmax')
@@ -220,8 +227,8 @@ def summarise(work: Path) -> Dict:
     steps = read_steps(work)
     outputs = {name: read_output(work, steps, name) for name in FILES}
     check_of = dict(kernel_tests=kernel_tests_check, train_bf16=finite_check, train_fp16=finite_check,
-                    upernet_bf16=upernet_check, sr=sr_check, peers=peers_check, peers_train=peers_check,
-                    peers_compiled=peers_check)
+                    upernet_bf16=upernet_check, sr=sr_check,
+                    **{step: peers_check for step in CHECKS if step.startswith('peers')})
     targets = (evaluate(outputs['kernels'], KERNEL_TARGETS, kernel_targets)
                + evaluate(outputs['train_bf16'], TRAIN_TARGETS, training_targets))
     checks = [o for step, name in CHECKS.items()  # evaluate calls the lambda at once: step and name are this loop's
@@ -250,7 +257,7 @@ SR_COLUMNS = (('mode', '<6', 'mode', ''), ('amp', '<5', 'amp', ''), ('LR size', 
               ('ms', '>9', 'median_ms', '.1f'), STATUS)
 PEERS_COLUMNS = (('model', '<36', 'model', ''), ('size', '<10', size, ''), ('batch', '>6', 'batch', ''),
                  ('ms', '>9', 'median_ms', '.2f'), ('img/s', '>9', 'throughput', '.1f'),
-                 ('x baseline', '>11', 'latency_ratio', '.2f'), STATUS)
+                 ('x baseline', '>11', 'latency_ratio', '.2f'), ('peak MiB', '>9', 'peak_mb', '.0f'), STATUS)
 PEERS_TABLE = (lambda r: f"{r['meta']['mode']} {r['meta']['amp']}, baseline {r['meta']['baseline']}, median of "
                          f"{r['meta']['repeats']}", 'results', PEERS_COLUMNS)
 TRAIN_TABLE = (lambda r: f"NaLaFormer-T training step, AMP {r['meta']['amp']}, median of {r['meta']['repeats']}",
@@ -259,8 +266,8 @@ TRAIN_TABLE = (lambda r: f"NaLaFormer-T training step, AMP {r['meta']['amp']}, m
 TABLES = dict(
     kernels=(lambda r: f"Kernels ({r.get('dtype')}, peak DRAM bandwidth {fmt(r.get('peak_bandwidth_gbs'), '.0f')} "
                        'GB/s)', 'rows', KERNEL_COLUMNS),
-    train_bf16=TRAIN_TABLE, train_fp16=TRAIN_TABLE, peers=PEERS_TABLE, peers_train=PEERS_TABLE,
-    peers_compiled=PEERS_TABLE,
+    train_bf16=TRAIN_TABLE, train_fp16=TRAIN_TABLE,
+    **{step: PEERS_TABLE for step in CHECKS if step.startswith('peers')},
     sr=(lambda r: 'NaLa-SR ({model}) x{scale}, batch {batch}, median of {repeats}'.format(**r['meta']), 'runs',
         SR_COLUMNS))
 

@@ -1,14 +1,16 @@
 """Throughput, latency and peak memory of several models at several input sizes, side by side, on CPU or CUDA.
 
 The models of a size are timed alternating; ratios to a baseline model. Peak memory in a fresh process per (model,
-size), weights and optimizer state included; ``extra_mb`` above the built model, optimizer and input. ``fused:<spec>``
-/ ``reference:<spec>`` run on that NaLa backend, ``release:<spec>`` the authors' model with our weights,
+size), weights and optimizer state included; ``extra_mb`` above the built model, optimizer and input.
+``torch:<spec>`` / ``fused:<spec>`` / ``reference:<spec>`` run on that NaLa backend (unprefixed: the default, 'auto'),
+``release:<spec>`` the authors' model with our weights,
 ``compiled:<spec>`` the model under torch.compile (``--compile``: each model eager and compiled; compilation happens
-in the untimed warm-up), ``deploy:<spec>`` the model reparameterized for inference (timm's ``reparameterize_model``;
+in the untimed warm-up), ``frozen:<spec>`` compiled for inference with inductor's freezing (``--freeze``; the
+weights become constants of the compiled code: only for a model whose weights no longer change), ``deploy:<spec>`` the model reparameterized for inference (timm's ``reparameterize_model``;
 ``--deploy``: each model beside its deploy form), ``outofplace:<spec>`` NaLaFormer's inference without its in-place
 element-wise work (:func:`nalaformer.models.inplace_inference`). ``--profile`` adds, per row, one profiled
-iteration's CPU self time per operator class (:mod:`nalaformer.analysis.profiles`), and the multiply-adds of a
-forward with the rate the median time gives them. Examples::
+iteration's self time per operator class (CPU time; on CUDA, GPU time: :mod:`nalaformer.analysis.profiles`), and
+the multiply-adds of a forward with the rate the median time gives them. Examples::
 
     python3 tools/analysis/benchmark.py model --sizes 224 448 896 --batch-sizes 8 4 1
     python3 tools/analysis/benchmark.py model --compile --models nalaformer_t convnext_tiny --sizes 224
@@ -51,7 +53,7 @@ PEERS = dict(
     s=("nalaformer_s(attn_types='nala')", 'nalaformer_s', 'swin_small_patch4_window7_224', 'convnext_small',
        'efficientvit_b3'),
 )
-TWINS = ('compiled', 'onnx', 'deploy')  # implementations that --compile / --onnx / --deploy add beside each plain model
+TWINS = ('compiled', 'frozen', 'onnx', 'deploy')  # what --compile / --freeze / --onnx / --deploy add beside each model
 DEFAULT_MODELS = (
     'nalaformer_t', "nalaformer_t(attn_types='nala')", "nalaformer_t(attn_types='softmax')",
     'swin_tiny_patch4_window7_224', 'convnext_tiny', 'deit_small_patch16_224',
@@ -61,8 +63,8 @@ DEFAULT_MODELS = (
 def add_arguments(parser: argparse.ArgumentParser):
     parser.add_argument('--models', nargs='+', default=list(DEFAULT_MODELS),
                         help="timm names or specs such as \"nalaformer_t(attn_types='nala')\"; prefix "
-                             "'fused:', 'reference:' (NaLa backend), 'release:' (see --release-file), 'compiled:', "
-                             "'onnx:', 'deploy:' or 'outofplace:'")
+                             "'torch:', 'fused:', 'reference:' (NaLa backend), 'release:' (see --release-file), "
+                             "'compiled:', 'frozen:', 'onnx:', 'deploy:' or 'outofplace:'")
     parser.add_argument('--peers', choices=tuple(PEERS), default=None,
                         help='instead of --models: NaLaFormer of this size (all-NaLa, the baseline; the released '
                              'hybrid) beside Swin, ConvNeXt and EfficientViT of about its size')
@@ -71,11 +73,15 @@ def add_arguments(parser: argparse.ArgumentParser):
     parser.add_argument('--onnx', action='store_true',
                         help="also time each model exported to ONNX and run by ONNX Runtime (CPU inference; as "
                              "'onnx:<model>')")
+    parser.add_argument('--freeze', action='store_true',
+                        help="also time each model compiled for inference with inductor's freezing (weights as "
+                             "constants; as 'frozen:<model>')")
     parser.add_argument('--deploy', action='store_true',
                         help="also time each model reparameterized for inference (timm's reparameterize_model; as "
                              "'deploy:<model>')")
     parser.add_argument('--profile', action='store_true',
-                        help='also profile one iteration of each model (CPU): self time per operator class')
+                        help='also profile one iteration of each model: self time per operator class (CPU time; '
+                             'on CUDA, GPU time)')
     parser.add_argument('--release-file', type=Path, default=None,
                         help="the authors' NALA.py (outside this repository) for 'release:<spec>' models")
     parser.add_argument('--baseline', default=None, help='model the ratios refer to (default: the first)')
@@ -100,8 +106,9 @@ def make_step(spec: ModelSpec, size: Tuple[int, int], batch: int, mode: str, dev
               amp: str = 'none') -> ModelStep:
     """Build ``spec`` for ``size`` (H, W) with a random (batch, 3, H, W) input; return one iteration.
 
-    ``implementation``: None (as built), 'fused' / 'reference' (our model on that NaLa backend), 'release',
-    'compiled', 'onnx' (ONNX Runtime, inference on the CPU), 'deploy' (reparameterized for inference) or
+    ``implementation``: None (as built), 'torch' / 'fused' / 'reference' (our model on that NaLa backend), 'release',
+    'compiled', 'frozen' (compiled with inductor's freezing, for inference), 'onnx' (ONNX Runtime, inference on the
+    CPU), 'deploy' (reparameterized for inference) or
     'outofplace' (inference without in-place element-wise work).
     Training: cross-entropy on random labels, AdamW.
     """
@@ -112,12 +119,12 @@ def make_step(spec: ModelSpec, size: Tuple[int, int], batch: int, mode: str, dev
     if implementation == 'deploy':
         model = reparameterize_model(model.eval())
     model = model.to(device)
-    if implementation == 'compiled':
-        model.compile()
+    if implementation in ('compiled', 'frozen'):
+        model.compile(options=dict(freezing=True) if implementation == 'frozen' else None)
     x = torch.randn(batch, 3, *size, device=device)
     if implementation == 'onnx':
         model = OnnxRuntimeModel(model, x)
-    context = (backend_context(implementation if implementation in ('fused', 'reference') else None)
+    context = (backend_context(implementation if implementation in ('torch', 'fused', 'reference') else None)
                if implementation != 'outofplace' else lambda: inplace_inference(False))
     if mode == 'infer':
         return ModelStep(model, x, mode, device, amp, context=context)
@@ -159,18 +166,17 @@ def growth(results: List[Dict]) -> Dict[str, List[Dict]]:
 
 
 def run(args: argparse.Namespace) -> Dict:
-    if args.profile and args.device != 'cpu':
-        raise ConfigError('--profile classifies CPU operators: use --device cpu')
     device = check_device(args.device)
     models = list(PEERS[args.peers] if args.peers else args.models)
-    twins = [twin for twin, asked in zip(TWINS, (args.compile, args.onnx, args.deploy)) if asked]
+    twins = [twin for twin, asked in zip(TWINS, (args.compile, args.freeze, args.onnx, args.deploy)) if asked]
     entries = models + [f'{twin}:{m}' for twin in twins for m in models if parse_entry(m)[1] is None]
     specs = [parse_entry(m) for m in entries]
     if any(implementation == 'onnx' for _, implementation in specs) and (args.mode, device.type) != ('infer', 'cpu'):
         raise ConfigError("ONNX Runtime ('onnx:' models, --onnx) times inference on the CPU: use --mode infer "
                           '--device cpu')
-    if any(implementation == 'deploy' for _, implementation in specs) and args.mode != 'infer':
-        raise ConfigError("a reparameterized model ('deploy:' models, --deploy) is for inference: use --mode infer")
+    for twin, flag, what in (('deploy', '--deploy', 'a reparameterized model'), ('frozen', '--freeze', 'a frozen model')):
+        if any(implementation == twin for _, implementation in specs) and args.mode != 'infer':
+            raise ConfigError(f"{what} ('{twin}:' models, {flag}) is for inference: use --mode infer")
     if any(implementation == 'release' for _, implementation in specs):
         load_release(args.release_file)  # a missing or broken file is a user error now, not failed rows
     labels = [s.label for s, _ in specs]
@@ -187,7 +193,7 @@ def run(args: argparse.Namespace) -> Dict:
     release_file = args.release_file and str(args.release_file)
     meta = start_meta(
         device, args, mode=args.mode, amp=args.amp, peers=args.peers, compile=args.compile, onnx=args.onnx,
-        deploy=args.deploy, profile=args.profile,
+        deploy=args.deploy, freeze=args.freeze, profile=args.profile,
         baseline=baseline, release_file=release_file,
         nala_backend=nala_backend(),
         malloc_timing=malloc_setting(device.type == 'cpu' and not args.no_malloc_tuning and tune_malloc()),
@@ -209,7 +215,7 @@ def run(args: argparse.Namespace) -> Dict:
             if row['status'] == 'ok':
                 row.update(loss_summary(timing.steps[spec.label].losses))
                 if args.profile:
-                    row['profile_ms'] = class_times(timing.steps[spec.label])
+                    row['profile_ms'] = class_times(timing.steps[spec.label], device)
                     row['gmacs'] = model_flops(spec, size, batch).macs / 1e9
                     row['gmacs_per_s'] = row['gmacs'] / (row['median_ms'] / 1000)
             results.append(row)
@@ -280,8 +286,8 @@ def profile_table(report: Dict) -> str:
     header = ['model', 'size', 'batch', 'GMACs', 'GMACs/s', 'profiled ms'] + classes
     return markdown_table(header, [
         [r['model'], 'x'.join(map(str, r['size'])), str(r['batch']), f"{r['gmacs']:.1f}", f"{r['gmacs_per_s']:.1f}",
-         f"{r['profile_ms']['total']:.0f}"]
-        + [f"{r['profile_ms'][c]:.0f} ({100 * r['profile_ms'][c] / r['profile_ms']['total']:.0f}%)"
+         f"{r['profile_ms']['total']:.1f}"]
+        + [f"{r['profile_ms'][c]:.1f} ({100 * r['profile_ms'][c] / r['profile_ms']['total']:.0f}%)"
            if c in r['profile_ms'] else '—' for c in classes] for r in rows])
 
 
