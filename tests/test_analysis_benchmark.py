@@ -250,6 +250,10 @@ def test_crossover_is_the_size_from_which_the_baseline_stays_faster():
     assert table['compiled:conv'] == dict(baseline='compiled:nala', overtakes_at=[224, 224],
                                           latency_ratio={'224x224': 0.5})
     assert 'nala' not in table and 'compiled:nala' not in table
+    assert bench.crossover_sentence('conv', table['conv']) == (
+        "nala takes at most conv's time per image from 512x512 on (224x224: 2.00x, 512x512: 0.83x, 1024x1024: 0.90x)")
+    assert bench.crossover_sentence('swin', table['swin']).startswith(
+        "nala takes at most swin's time per image not at the largest size measured (224x224: 0.67x, ")
 
 
 @pytest.mark.parametrize('args, message', [

@@ -28,8 +28,10 @@ PEERS_TABLES = {
                                      ('', 'compiled', 'frozen', 'onnx')),
     'peers, CUDA (ms per batch, median)': ('peers_cuda/infer.json', 'peers_cuda/train.json', 'peers_cuda/compiled.json',
                                            False, ('compiled',)),
-    'peers XT (ms per batch, median)': ('peers_cpu/infer_xt.json', None, None, True, ()),
-    'peers S (ms per batch, median)': ('peers_cpu/infer_s.json', None, None, True, ()),
+    'peers XT (ms per batch, median)': ('peers_cpu/infer_xt.json', 'peers_cpu/train_xt.json',
+                                        'peers_cpu/compiled_xt.json', True, ('', 'compiled', 'frozen', 'onnx')),
+    'peers S (ms per batch, median)': ('peers_cpu/infer_s.json', 'peers_cpu/train_s.json', 'peers_cpu/compiled_s.json',
+                                       True, ('', 'compiled', 'frozen', 'onnx')),
     'peers S, CUDA (ms per batch, median)': ('peers_cuda/infer_s.json', None, None, False, ()),
     'peers XT, CUDA (ms per batch, median)': ('peers_cuda/infer_xt.json', None, None, False, ()),
 }

@@ -259,6 +259,14 @@ def crossover(results: List[Dict], baseline: str) -> Dict[str, Dict]:
     return table
 
 
+def crossover_sentence(model: str, cross: Dict) -> str:
+    """One entry of :func:`crossover` in words, with the per-image latency ratio at each size."""
+    where = (f"from {cross['overtakes_at'][0]}x{cross['overtakes_at'][1]} on" if cross['overtakes_at'] else
+             'not at the largest size measured')
+    ratios = ', '.join(f'{size}: {ratio:.2f}x' for size, ratio in cross['latency_ratio'].items())
+    return f"{cross['baseline']} takes at most {model}'s time per image {where} ({ratios})"
+
+
 def table(report: Dict) -> str:
     train, fmt = report['meta']['mode'] == 'train', format_optional
     header = ['model', 'size', 'batch', 'latency ms, median (IQR)', 'img/s', f"x {report['meta']['baseline']} latency",
@@ -331,10 +339,7 @@ def main(args: argparse.Namespace) -> int:
     if any('profile_ms' in r for r in report['results']):
         print(profile_table(report))
     for model, cross in report['crossover'].items():
-        where = (f"from {cross['overtakes_at'][0]}x{cross['overtakes_at'][1]}" if cross['overtakes_at'] else
-                 'at none of the sizes')
-        print(f"{cross['baseline']} takes at most {model}'s time per image {where} ("
-              + ', '.join(f'{size}: {ratio:.2f}x' for size, ratio in cross['latency_ratio'].items()) + ')')
+        print(crossover_sentence(model, cross))
     for model, steps in report['growth'].items():
         for g in steps:
             print(f"{model}: {g['sizes'][0]} -> {g['sizes'][1]}: per 4x pixels, latency/image x"
