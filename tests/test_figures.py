@@ -116,7 +116,24 @@ def cuda_nala_t(name, implementation, size, key='median_ms'):
     return model(f'peers_cuda/{name}.json', f"{implementation}nalaformer_t(attn_types='nala')", size)[key]
 
 
+def twin_speedup(name, twin, size):
+    """All-NaLa NaLaFormer of ``size`` in a CPU twins run: its eager time over its ``twin``'s at 224, batch 8."""
+    spec = f"nalaformer_{size}(attn_types='nala')"
+    return model(f'peers_cpu/{name}.json', spec, 224)['median_ms'] / model(f'peers_cpu/{name}.json', f'{twin}:{spec}',
+                                                                             224)['median_ms']
+
+
 FIGURES = [  # (row of the figures table or None for anywhere in README, pattern, the file's values)
+    (None, r'compiled all-NaLa ([\d.]+)x its eager speed, frozen \(`--freeze`: weights folded into the graph\)\s+'
+           r'([\d.]+)x, ONNX Runtime ([\d.]+)x; a second run \(`docs/peers_cpu/compiled_nala.json`, median of 9\) gave '
+           r'([\d.]+)x and ([\d.]+)x',
+     lambda: (twin_speedup('compiled', 'compiled', 't'), twin_speedup('compiled', 'frozen', 't'),
+              twin_speedup('compiled', 'onnx', 't'), twin_speedup('compiled_nala', 'compiled', 't'),
+              twin_speedup('compiled_nala', 'frozen', 't'))),
+    (None, r'Compiled,\s+all-NaLa XT runs ([\d.]+)x its eager speed \(frozen ([\d.]+)x\)',
+     lambda: (twin_speedup('compiled_xt', 'compiled', 'xt'), twin_speedup('compiled_xt', 'frozen', 'xt'))),
+    (None, r'Compiled it gains ([\d.]+)x, frozen ([\d.]+)x',
+     lambda: (twin_speedup('compiled_s', 'compiled', 's'), twin_speedup('compiled_s', 'frozen', 's'))),
     ('NaLaFormer-T inference on a GPU', r"fused forward ([\d.]+)x \(224, batch 32\) and ([\d.]+)x \(2048\) the PyTorch "
                                         r"op's speed, ([\d.]+)x CUDA peak memory at 2048",
      lambda: (cuda_nala_t('profile', '', 224) / cuda_nala_t('profile', 'fused:', 224),
