@@ -30,6 +30,7 @@ Conventions in the Markdown: an HTML comment on a line right above the fence.
 """
 import argparse
 import functools
+import importlib.machinery
 import importlib.util
 import json
 import os
@@ -557,7 +558,7 @@ def problems_of(command: Command) -> List[str]:
     if called is None:
         return problems
     if called.kind == 'module':
-        if importlib.util.find_spec(called.target.split('.')[0]) is None or (
+        if not module_exists(called.target.split('.')[0]) or (
                 '.' in called.target and importlib.util.find_spec(called.target) is None):
             problems.append(f'python3 -m {called.target}: no such module')
         return problems
@@ -603,6 +604,15 @@ def command_ids(found: List[Command]) -> List[str]:
 
 
 CHECKED_COMMANDS = [c for c in ALL_COMMANDS if is_command(c)]
+
+
+def module_exists(name: str) -> bool:
+    """Whether the top-level module ``name`` can be imported, looked up on sys.path first: ``importlib.util.find_spec``
+    of 'pip' runs setuptools' distutils hack (its finder on sys.meta_path), which then hands out the standard
+    library's distutils for the rest of the process, and inductor's compiler, importing setuptools after it, fails
+    on its assertion (a compile test on the same pytest worker)."""
+    return (importlib.machinery.PathFinder.find_spec(name) is not None
+            or importlib.util.find_spec(name) is not None)
 
 
 @pytest.mark.xdist_group('docs_commands')

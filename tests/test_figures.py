@@ -35,6 +35,12 @@ PEERS_TABLES = {
     'peers S, CUDA (ms per batch, median)': ('peers_cuda/infer_s.json', None, None, False, ()),
     'peers XT, CUDA (ms per batch, median)': ('peers_cuda/infer_xt.json', None, None, False, ()),
 }
+# README's tables of eager models beside their twins: first header cell -> benchmark.py model's report, the sizes
+# and the twins ('': the eager model) of its columns, sizes outer.
+TWIN_TABLES = {
+    'training step, eager and compiled (ms per step, median)': ('peers_cpu/train_compiled.json', (224, 512),
+                                                                ('', 'compiled')),
+}
 NO_DATA_FILE = {'numerical parity with the release'}  # tolerances asserted by tests/test_release_parity.py
 
 
@@ -123,6 +129,19 @@ def twin_speedup(name, twin, size):
                                                                              224)['median_ms']
 
 
+def compiled_train_speedup(model_name, size):
+    """``model_name``'s eager training step time over its compiled twin's at ``size`` (docs/peers_cpu/train_compiled.json)."""
+    report = 'peers_cpu/train_compiled.json'
+    return model(report, model_name, size)['median_ms'] / model(report, f'compiled:{model_name}', size)['median_ms']
+
+
+def train_ratio(model_name, peer, size):
+    """``model_name``'s eager training step time over ``peer``'s at ``size`` in the compiled training run."""
+    report = 'peers_cpu/train_compiled.json'
+    return model(report, model_name, size)['median_ms'] / model(report, peer, size)['median_ms']
+
+
+NALA_T = "nalaformer_t(attn_types='nala')"
 FIGURES = [  # (row of the figures table or None for anywhere in README, pattern, the file's values)
     (None, r'compiled all-NaLa ([\d.]+)x its eager speed, frozen \(`--freeze`: weights folded into the graph\)\s+'
            r'([\d.]+)x, ONNX Runtime ([\d.]+)x; a second run \(`docs/peers_cpu/compiled_nala.json`, median of 9\) gave '
@@ -130,6 +149,16 @@ FIGURES = [  # (row of the figures table or None for anywhere in README, pattern
      lambda: (twin_speedup('compiled', 'compiled', 't'), twin_speedup('compiled', 'frozen', 't'),
               twin_speedup('compiled', 'onnx', 't'), twin_speedup('compiled_nala', 'compiled', 't'),
               twin_speedup('compiled_nala', 'frozen', 't'))),
+    (None, r"all-NaLa's training step on this CPU: ([\d.]+)x its eager speed at 224 and ([\d.]+)x at 512\s+"
+           r"\(one graph, no breaks\), the hybrid ([\d.]+)x and ([\d.]+)x, Swin-T ([\d.]+)x and ([\d.]+)x, ConvNeXt-T "
+           r"([\d.]+)x and ([\d.]+)x,\s+EfficientViT-B2 ([\d.]+)x and ([\d.]+)x",
+     lambda: tuple(compiled_train_speedup(name, size) for name in (
+         NALA_T, 'nalaformer_t', 'swin_tiny_patch4_window7_224', 'convnext_tiny', 'efficientvit_b2') for size in (224, 512))),
+    (None, r"all-NaLa's step takes ([\d.]+)x and ([\d.]+)x Swin-T's time \(224 and\s+512\) and ([\d.]+)x and ([\d.]+)x "
+           r"ConvNeXt-T's, while EfficientViT-B2's takes ([\d.]+)x and ([\d.]+)x all-NaLa's",
+     lambda: (*(train_ratio(NALA_T, peer, size) for peer in ('swin_tiny_patch4_window7_224', 'convnext_tiny')
+                for size in (224, 512)),
+              *(train_ratio('efficientvit_b2', NALA_T, size) for size in (224, 512)))),
     (None, r'Compiled,\s+all-NaLa XT runs ([\d.]+)x its eager speed \(frozen ([\d.]+)x\)',
      lambda: (twin_speedup('compiled_xt', 'compiled', 'xt'), twin_speedup('compiled_xt', 'frozen', 'xt'))),
     (None, r'Compiled it gains ([\d.]+)x, frozen ([\d.]+)x',
@@ -313,6 +342,23 @@ def test_peers_table_is_the_benchmark(title):
         crossing = infer['crossover'].get(model)
         assert printed[-1] == ('baseline' if crossing is None else 'none up to 2048' if crossing['overtakes_at'] is None
                                else str(crossing['overtakes_at'][0])), (model, printed[-1])
+
+
+@pytest.mark.parametrize('title', TWIN_TABLES)
+def test_twins_table_is_the_benchmark(title):
+    """Each cell of a README table of models beside their twins: the median time of that model (or its twin) at that
+    size in the report; the rows are the report's eager models, in its order."""
+    name, sizes, twins = TWIN_TABLES[title]
+    report = data(name)
+    rows = tables(README.read_text())[title]
+    eager = [m for m in dict.fromkeys(r['model'] for r in report['results']) if ':' not in m.split('(')[0]]
+    assert [r[0].strip('`') for r in rows] == eager
+    for model_name, *printed in rows:
+        model_name = model_name.strip('`')
+        expected = [model(name, f'{twin}:{model_name}' if twin else model_name, size)['median_ms']
+                    for size in sizes for twin in twins]
+        assert len(printed) == len(expected), (title, model_name, printed)
+        assert all(agrees(p, v) for p, v in zip(printed, expected)), (model_name, printed, expected)
 
 
 def test_every_figures_row_has_its_data_file():

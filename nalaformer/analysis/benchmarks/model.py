@@ -120,7 +120,9 @@ def make_step(spec: ModelSpec, size: Tuple[int, int], batch: int, mode: str, dev
         model = reparameterize_model(model.eval())
     model = model.to(device)
     if implementation in ('compiled', 'frozen'):
-        model.compile(options=dict(freezing=True) if implementation == 'frozen' else None)
+        # Static shapes: each size gets its own compiled code, as a user compiling for one input size would have
+        # (dynamo would otherwise recompile the second size with dynamic shapes).
+        model.compile(dynamic=False, options=dict(freezing=True) if implementation == 'frozen' else None)
     x = torch.randn(batch, 3, *size, device=device)
     if implementation == 'onnx':
         model = OnnxRuntimeModel(model, x)
