@@ -116,6 +116,10 @@ def test_amp_train_step_runs_forward_in_the_autocast_dtype(monkeypatch, amp):
     assert dtypes == [AMP_DTYPES[amp]] and loss_summary(step.losses)['losses_finite']
 
 
+def png_width(path: Path) -> int:
+    return int.from_bytes(path.read_bytes()[16:20], 'big')  # the IHDR chunk's width
+
+
 def test_train_run_reports_losses_and_amp(tool, tmp_path, capsys):
     out_json = tmp_path / 'train.json'
     assert tool.main(['model', '--mode', 'train', '--amp', 'bf16', '--models', 'nalaformer_xt', '--sizes', '32',
@@ -126,6 +130,10 @@ def test_train_run_reports_losses_and_amp(tool, tmp_path, capsys):
     assert report['meta']['amp'] == 'bf16' and report['meta']['nala_backend'] == 'auto'
     assert row['losses_finite'] is True and 5 < row['final_loss'] < 9  # cross-entropy of 1000 random classes
     assert '| yes |' in capsys.readouterr().out
+    # without memory figures the plot is the latency panel alone (no empty memory panel beside it)
+    with_memory = tmp_path / 'with_memory.png'
+    bench.plot(dict(report, results=[dict(row, peak_mb=100.0)]), with_memory)
+    assert png_width(tmp_path / 'train.png') < 0.6 * png_width(with_memory)
 
 
 @pytest.mark.slow

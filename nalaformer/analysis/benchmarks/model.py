@@ -19,6 +19,7 @@ the multiply-adds of a forward with the rate the median time gives them. Example
 """
 import argparse
 import math
+import textwrap
 from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
@@ -302,11 +303,13 @@ def profile_table(report: Dict) -> str:
 
 
 def plot(report: Dict, out: Path):
-    """Per-image latency and peak memory against pixels per image, log-log, with slope-1 and slope-2 guides."""
-    fig, axes = panels(1, 2, 6, 4.6)
-    values = ((lambda r: None if r['median_ms'] is None else r['median_ms'] / r['batch'], 'latency per image (ms)'),
-              (lambda r: r['peak_mb'], 'peak memory (MB)'))
+    """Per-image latency and peak memory (where measured: not with ``--no-memory``) against pixels per image,
+    log-log, with slope-1 and slope-2 guides."""
     results, meta = report['results'], report['meta']
+    values = [(lambda r: None if r['median_ms'] is None else r['median_ms'] / r['batch'], 'latency per image (ms)')]
+    if any(r.get('peak_mb') is not None for r in results):
+        values.append((lambda r: r['peak_mb'], 'peak memory (MB)'))
+    fig, axes = panels(1, len(values), 6, 4.6)
     sizes = {r['size'][0] * r['size'][1] / 1e6: r['size'] for r in results}  # megapixels -> (H, W)
     largest = max(sizes)
     for ax, (value, ylabel) in zip(axes[0], values):
@@ -327,11 +330,13 @@ def plot(report: Dict, out: Path):
         ax.grid(True, which='both', alpha=0.3)
     axes[0][0].legend(fontsize=7)
     others = [r['other_busy_cores'] for r in results if r.get('other_busy_cores') is not None]
-    fig.suptitle(f"{meta['mode']} on {meta['device_name']}, {meta['threads']} thread(s), batch "
-                 f"{sorted({r['batch'] for r in results})}, median of {meta['repeats']}; load {meta['load_at_start']} "
-                 f"-> {meta['load_at_end']}" + (f'; other processes busy: up to {max(others):.2f} cores' if others
-                                                 else ''), fontsize=9)
-    save_figure(fig, out, rect=(0, 0, 1, 0.94))
+    title = textwrap.wrap(
+        f"{meta['mode']} on {meta['device_name']}, {meta['threads']} thread(s), batch "
+        f"{sorted({r['batch'] for r in results})}, median of {meta['repeats']}; load {meta['load_at_start']} "
+        f"-> {meta['load_at_end']}" + (f'; other processes busy: up to {max(others):.2f} cores' if others else ''),
+        75 * len(values))  # characters that fit the panels' width at this font size
+    fig.suptitle('\n'.join(title), fontsize=9)
+    save_figure(fig, out)
 
 
 def main(args: argparse.Namespace) -> int:
