@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from nalaformer.analysis.models import parse_entry
+
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / 'README.md'
 DOCS = ROOT / 'docs'
@@ -129,14 +131,9 @@ def twin_speedup(name, twin, size):
                                                                              224)['median_ms']
 
 
-def compiled_train_speedup(model_name, size):
-    """``model_name``'s eager training step time over its compiled twin's at ``size`` (docs/peers_cpu/train_compiled.json)."""
-    report = 'peers_cpu/train_compiled.json'
-    return model(report, model_name, size)['median_ms'] / model(report, f'compiled:{model_name}', size)['median_ms']
-
-
 def train_ratio(model_name, peer, size):
-    """``model_name``'s eager training step time over ``peer``'s at ``size`` in the compiled training run."""
+    """``model_name``'s training step time over ``peer``'s (a model or a twin) at ``size`` in the compiled training
+    run (docs/peers_cpu/train_compiled.json)."""
     report = 'peers_cpu/train_compiled.json'
     return model(report, model_name, size)['median_ms'] / model(report, peer, size)['median_ms']
 
@@ -152,7 +149,7 @@ FIGURES = [  # (row of the figures table or None for anywhere in README, pattern
     (None, r"all-NaLa's training step on this CPU: ([\d.]+)x its eager speed at 224 and ([\d.]+)x at 512\s+"
            r"\(one graph, no breaks\), the hybrid ([\d.]+)x and ([\d.]+)x, Swin-T ([\d.]+)x and ([\d.]+)x, ConvNeXt-T "
            r"([\d.]+)x and ([\d.]+)x,\s+EfficientViT-B2 ([\d.]+)x and ([\d.]+)x",
-     lambda: tuple(compiled_train_speedup(name, size) for name in (
+     lambda: tuple(train_ratio(name, f'compiled:{name}', size) for name in (
          NALA_T, 'nalaformer_t', 'swin_tiny_patch4_window7_224', 'convnext_tiny', 'efficientvit_b2') for size in (224, 512))),
     (None, r"all-NaLa's step takes ([\d.]+)x and ([\d.]+)x Swin-T's time \(224 and\s+512\) and ([\d.]+)x and ([\d.]+)x "
            r"ConvNeXt-T's, while EfficientViT-B2's takes ([\d.]+)x and ([\d.]+)x all-NaLa's",
@@ -351,7 +348,7 @@ def test_twins_table_is_the_benchmark(title):
     name, sizes, twins = TWIN_TABLES[title]
     report = data(name)
     rows = tables(README.read_text())[title]
-    eager = [m for m in dict.fromkeys(r['model'] for r in report['results']) if ':' not in m.split('(')[0]]
+    eager = [m for m in dict.fromkeys(r['model'] for r in report['results']) if parse_entry(m)[1] is None]
     assert [r[0].strip('`') for r in rows] == eager
     for model_name, *printed in rows:
         model_name = model_name.strip('`')
