@@ -5,6 +5,7 @@ import json
 
 import pytest
 import torch
+from PIL import Image
 
 from analysis_tools import load_tool
 from nalaformer.analysis.benchmarks import sr
@@ -108,6 +109,18 @@ def test_benchmark_measures_what_fits_and_accounts_the_rest(tool, tmp_path):
     assert ratio['time_ratio'] is None
     assert report['meta']['paper'] == {'memory_gb': [69.0, 5.3], 'latency_ms': [195.0, 124.0]}
     assert (tmp_path / 'benchmark_sr.png').stat().st_size > 0
+
+
+def test_a_memory_only_run_plots_no_empty_time_panels(tool, tmp_path):
+    memory_only = tmp_path / 'memory_only'
+    assert tool.main(['sr', '--tiny', '--sizes', '16x16', '--attn-types', 'nala', '--modes', 'infer', '--no-time',
+                      '--no-measure', '--out-dir', str(memory_only)]) == 0
+    report = json.loads((memory_only / 'benchmark_sr.json').read_text())
+    [run] = report['runs']
+    assert run.get('median_ms') is None and run['accounted']['peak_mb'] > 0
+    timed = tmp_path / 'timed.png'
+    sr.plot(dict(report, runs=[dict(run, median_ms=12.0)]), timed)
+    assert Image.open(memory_only / 'benchmark_sr.png').width < 0.6 * Image.open(timed).width
 
 
 def test_runs_out_of_gpu_memory_are_reported_and_accounted(tool, monkeypatch):

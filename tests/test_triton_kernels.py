@@ -19,6 +19,7 @@ import warnings  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 import pytest  # noqa: E402
+from PIL import Image  # noqa: E402
 import torch  # noqa: E402
 
 pytest.importorskip('triton')
@@ -474,3 +475,9 @@ def test_benchmark_tool_smoke(tmp_path, capsys):
     assert 'forward_backward' in capsys.readouterr().out
     assert nala_backend() == 'auto'
     assert (tmp_path / 'benchmark_kernels.png').read_bytes()[:8] == b'\x89PNG\r\n\x1a\n'
+    # a panel per quantity measured: peak memory only where it was (CUDA), never an empty panel
+    with_memory = tmp_path / 'with_memory.png'
+    tool.plot(dict(results, rows=[dict(r, peak_mib=1.0) for r in rows]), with_memory)
+    panels_drawn = 3 if any(r['peak_mib'] is not None for r in rows) else 2
+    width = Image.open(tmp_path / 'benchmark_kernels.png').width
+    assert width == pytest.approx(Image.open(with_memory).width * panels_drawn / 3, rel=0.05)

@@ -1,8 +1,20 @@
-"""The figures of the analysis tools: a grid of panels, bars grouped by a category, saving."""
+"""The figures of the analysis tools: a grid of panels of the quantities measured, bars grouped by a category, a
+title that fits, saving."""
+import textwrap
 from pathlib import Path
-from typing import Dict, Optional, Sequence, Tuple
+from typing import Callable, Dict, Iterable, List, Optional, Sequence, Tuple, TypeVar
 
-__all__ = ['grouped_bars', 'panels', 'save_figure']
+__all__ = ['grouped_bars', 'measured', 'panels', 'save_figure', 'wrapped_title']
+
+Quantity = TypeVar('Quantity')
+
+
+def measured(quantities: Sequence[Quantity], rows: Iterable[Dict],
+             value: Callable[[Quantity, Dict], Optional[float]]) -> List[Quantity]:
+    """The quantities that some row has a value of (``value(quantity, row)`` not None), in order: a report without
+    one (memory with ``--no-memory``, time with ``--no-time``) gets no empty panel for it."""
+    rows = list(rows)
+    return [q for q in quantities if any(value(q, row) is not None for row in rows)]
 
 
 def panels(rows: int, cols: int, width: float, height: float, **options):
@@ -25,6 +37,11 @@ def grouped_bars(ax, labels: Sequence[str], series: Dict[str, Sequence[Optional[
                yerr=(errors or {}).get(name), hatch=(hatches or {}).get(name), capsize=2)  # hatch: one per bar
     ax.set_xticks(range(len(labels)), labels, fontsize=8)
     ax.legend(fontsize=8)
+
+
+def wrapped_title(fig, text: str, fontsize: float = 9):
+    """``fig.suptitle(text)`` wrapped to the figure's width (about 12.5 characters an inch at font size 9)."""
+    fig.suptitle('\n'.join(textwrap.wrap(text, int(fig.get_figwidth() * 12.5 * 9 / fontsize))), fontsize=fontsize)
 
 
 def save_figure(fig, path: Path, dpi: int = 110, rect: Optional[Tuple[float, float, float, float]] = None):

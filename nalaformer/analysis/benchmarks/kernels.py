@@ -23,7 +23,7 @@ from ...ops import build_attention_kernel, rope_angles, rope_table, use_nala_bac
 from ..grids import token_grid
 from ..machine import device_name, peak_bandwidth
 from ..memory import call_peak_mb, free_memory
-from ..plots import grouped_bars, panels, save_figure
+from ..plots import grouped_bars, measured, panels, save_figure, wrapped_title
 from ..results import add_ratios, format_optional, markdown_table, write_report
 from ..timing import time_repeats
 from .common import add_keep_going_arg, attempt_row, attention_call, check_device
@@ -149,20 +149,21 @@ def summary(results: Dict) -> str:
 
 
 def plot(results: Dict, path: Path):
-    """Bars per shape: forward and forward + backward time and peak memory, one bar per method."""
+    """Bars per shape: forward and forward + backward time and peak memory (where measured: CUDA), one bar per
+    method."""
     rows = [r for r in results['rows'] if r['status'] == 'ok']
     labels = list(dict.fromkeys(shape_label(r) for r in results['rows']))
     methods = list(dict.fromkeys(r['method'] for r in results['rows']))
-    fig, axes = panels(1, 3, 5.3, 4.5)
-    for ax, (mode, key, title) in zip(axes[0], [('forward', 'ms', 'forward (ms)'),
-                                                ('forward_backward', 'ms', 'forward + backward (ms)'),
-                                                ('forward_backward', 'peak_mib',
-                                                 'forward + backward peak memory (MiB)')]):
+    quantities = measured([('forward', 'ms', 'forward (ms)'), ('forward_backward', 'ms', 'forward + backward (ms)'),
+                           ('forward_backward', 'peak_mib', 'forward + backward peak memory (MiB)')],
+                          rows, lambda quantity, r: r[quantity[1]] if r['mode'] == quantity[0] else None)
+    fig, axes = panels(1, max(1, len(quantities)), 5.3, 4.5)
+    for ax, (mode, key, title) in zip(axes[0], quantities):
         found = {(shape_label(r), r['method']): r[key] for r in rows if r['mode'] == mode}
         grouped_bars(ax, labels, {m: [found.get((label, m)) for label in labels] for m in methods})
         ax.set_yscale('symlog')
         ax.set_title(title)
-    fig.suptitle(f"{results['device']}  {results['dtype']}  (median of {results['repeats']})")
+    wrapped_title(fig, f"{results['device']}  {results['dtype']}  (median of {results['repeats']})", fontsize=12)
     save_figure(fig, path, dpi=120)
 
 

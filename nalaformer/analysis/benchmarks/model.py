@@ -19,7 +19,6 @@ the multiply-adds of a forward with the rate the median time gives them. Example
 """
 import argparse
 import math
-import textwrap
 from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
@@ -34,7 +33,7 @@ from ..flops import model_flops
 from ..grids import parse_size
 from ..memory import add_worker_memory, free_memory, malloc_setting, memory_env, tune_malloc, worker_memory
 from ..models import ModelSpec, OnnxRuntimeModel, create_model, parse_entry
-from ..plots import panels, save_figure
+from ..plots import measured, panels, save_figure, wrapped_title
 from ..profiles import class_times
 from ..release import load_release, release_model
 from ..results import add_ratios, format_optional, markdown_table, write_report
@@ -306,10 +305,10 @@ def plot(report: Dict, out: Path):
     """Per-image latency and peak memory (where measured: not with ``--no-memory``) against pixels per image,
     log-log, with slope-1 and slope-2 guides."""
     results, meta = report['results'], report['meta']
-    values = [(lambda r: None if r['median_ms'] is None else r['median_ms'] / r['batch'], 'latency per image (ms)')]
-    if any(r.get('peak_mb') is not None for r in results):
-        values.append((lambda r: r['peak_mb'], 'peak memory (MB)'))
-    fig, axes = panels(1, len(values), 6, 4.6)
+    values = measured([(lambda r: None if r['median_ms'] is None else r['median_ms'] / r['batch'],
+                        'latency per image (ms)'), (lambda r: r.get('peak_mb'), 'peak memory (MB)')],
+                      results, lambda quantity, r: quantity[0](r))
+    fig, axes = panels(1, max(1, len(values)), 6, 4.6)
     sizes = {r['size'][0] * r['size'][1] / 1e6: r['size'] for r in results}  # megapixels -> (H, W)
     largest = max(sizes)
     for ax, (value, ylabel) in zip(axes[0], values):
@@ -330,12 +329,10 @@ def plot(report: Dict, out: Path):
         ax.grid(True, which='both', alpha=0.3)
     axes[0][0].legend(fontsize=7)
     others = [r['other_busy_cores'] for r in results if r.get('other_busy_cores') is not None]
-    title = textwrap.wrap(
-        f"{meta['mode']} on {meta['device_name']}, {meta['threads']} thread(s), batch "
-        f"{sorted({r['batch'] for r in results})}, median of {meta['repeats']}; load {meta['load_at_start']} "
-        f"-> {meta['load_at_end']}" + (f'; other processes busy: up to {max(others):.2f} cores' if others else ''),
-        75 * len(values))  # characters that fit the panels' width at this font size
-    fig.suptitle('\n'.join(title), fontsize=9)
+    wrapped_title(fig, f"{meta['mode']} on {meta['device_name']}, {meta['threads']} thread(s), batch "
+                       f"{sorted({r['batch'] for r in results})}, median of {meta['repeats']}; load "
+                       f"{meta['load_at_start']} -> {meta['load_at_end']}"
+                       + (f'; other processes busy: up to {max(others):.2f} cores' if others else ''))
     save_figure(fig, out)
 
 

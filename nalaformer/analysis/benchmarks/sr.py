@@ -28,7 +28,7 @@ from ..memory import (
     MIB, available_memory_mb, free_memory, malloc_setting, memory_env, run_memory_worker, tune_malloc, worker_memory,
 )
 from ..models import ModelSpec, create_model, parse_model_spec
-from ..plots import grouped_bars, panels, save_figure
+from ..plots import grouped_bars, measured, panels, save_figure, wrapped_title
 from ..results import OUT_OF_MEMORY, Failure, attempt, format_optional, markdown_table, write_json, write_report
 from ..steps import MODES, ModelStep
 from ..tensor_memory import fake_memory
@@ -292,26 +292,32 @@ def table(report: Dict) -> str:
 
 def plot(report: Dict, path: Path):
     """Peak memory (log) and time per size, one bar per attention type, a row per (mode, amp); accounted-only bars
-    hatched."""
+    hatched. A quantity no run has (time with ``--no-time``) gets no panels."""
     runs = report['runs']
     rows = list(dict.fromkeys((r['mode'], r['amp']) for r in runs))
     slots = list(dict.fromkeys(r['slot'] for r in runs))
     sizes = list(dict.fromkeys(tuple(r['size']) for r in runs))
     labels = [f'{h}x{w}\n({h * w:,} tokens)' for h, w in sizes]
     run_of = {(*run_key(r), r['slot']): r for r in runs}
-    fig, axes = panels(len(rows), 2, 6.5, 3.8)
-    for (mode, amp), (ax_memory, ax_time) in zip(rows, axes):
+    quantities = measured(['memory', 'time'], runs, lambda quantity, r: r.get('median_ms') if quantity == 'time'
+                          else first_memory(partial(peak_mb, r))[0])
+    fig, axes = panels(len(rows), max(1, len(quantities)), 6.5, 3.8)
+    for (mode, amp), row_axes in zip(rows, axes):
         picked = {slot: [run_of.get((size, mode, amp, slot), {}) for size in sizes] for slot in slots}
-        memory = {s: [first_memory(partial(peak_mb, r)) for r in rs] for s, rs in picked.items()}  # measured first
-        grouped_bars(ax_memory, labels, {s: [mb for mb, _ in m] for s, m in memory.items()},
-                     hatches={s: ['//' if source == 'accounted' else '' for _, source in m] for s, m in memory.items()})
-        grouped_bars(ax_time, labels, {s: [r.get('median_ms') for r in rs] for s, rs in picked.items()})
-        ax_memory.set_yscale('log')
-        ax_memory.set_title(f'{mode}, amp {amp}: peak memory (MiB, log; hatched: accounted only)', fontsize=9)
-        ax_time.set_title(f'{mode}, amp {amp}: time (ms)', fontsize=9)
+        for quantity, ax in zip(quantities, row_axes):
+            if quantity == 'memory':
+                memory = {s: [first_memory(partial(peak_mb, r)) for r in rs] for s, rs in picked.items()}  # measured
+                grouped_bars(ax, labels, {s: [mb for mb, _ in m] for s, m in memory.items()},  # first
+                             hatches={s: ['//' if source == 'accounted' else '' for _, source in m]
+                                      for s, m in memory.items()})
+                ax.set_yscale('log')
+                ax.set_title(f'{mode}, amp {amp}: peak memory (MiB, log; hatched: accounted only)', fontsize=9)
+            else:
+                grouped_bars(ax, labels, {s: [r.get('median_ms') for r in rs] for s, rs in picked.items()})
+                ax.set_title(f'{mode}, amp {amp}: time (ms)', fontsize=9)
     meta = report['meta']
-    fig.suptitle(f"{meta['model']} x{meta['scale']}, batch {meta['batch']}, {meta['device_name']}; paper: memory "
-                 f"{PAPER_RATIOS['memory']:.1f}x, time {PAPER_RATIOS['time']:.2f}x (softmax / NaLa)", fontsize=9)
+    wrapped_title(fig, f"{meta['model']} x{meta['scale']}, batch {meta['batch']}, {meta['device_name']}; paper: "
+                       f"memory {PAPER_RATIOS['memory']:.1f}x, time {PAPER_RATIOS['time']:.2f}x (softmax / NaLa)")
     save_figure(fig, path, rect=(0, 0, 1, 0.95))
 
 
