@@ -223,6 +223,7 @@ def test_deploy_and_outofplace_twins_compute_the_model_and_are_timed(tool, tmp_p
     ('aten::max_pool2d', 'pooling'), ('aten::_scaled_dot_product_flash_attention_for_cpu', 'attention (fused softmax)'),
     ('aten::_softmax', 'softmax'), ('aten::empty', 'other'),
     ('nalaformer::nala_attention_forward', 'attention (fused NaLa kernel)'),
+    ('graph_0_cpp_fused_add_convolution_backward_gelu_12', 'compiled kernels (inductor)'),
 ])
 def test_operators_are_classified(name, expected):
     assert op_class(name) == expected
@@ -243,6 +244,20 @@ def test_profile_gives_each_row_its_time_per_operator_class(tool, tmp_path, caps
     assert 'normalization' in rows['convnext_femto'] and 'reduction' in rows["nalaformer_xt(attn_types='nala')"]
     assert '| model | size | batch | GMACs | GMACs/s | profiled ms | ' in capsys.readouterr().out
 
+
+
+@pytest.mark.slow
+def test_profile_of_a_compiled_model_shows_its_generated_kernels(tool, tmp_path):
+    out_json = tmp_path / 'profile.json'
+    assert tool.main(['model', '--profile', '--compile', '--models', 'nalaformer_xt', '--sizes', '32', '--repeats',
+                      '1', '--warmup', '1', '--no-memory', '--device', 'cpu', '--out-json', str(out_json),
+                      '--out-png', str(tmp_path / 'profile.png')]) == 0
+    rows = {r['model']: r['profile_ms'] for r in json.loads(out_json.read_text())['results']}
+    kernels = 'compiled kernels (inductor)'
+    assert kernels not in rows['nalaformer_xt'] and rows['compiled:nalaformer_xt'][kernels] > 0
+    # what inductor fused (GELU, the norms) runs in its kernels, not as ATen operators
+    assert rows['nalaformer_xt']['activation'] > 0 and 'normalization' in rows['nalaformer_xt']
+    assert rows['compiled:nalaformer_xt'].get('normalization', 0) < rows['nalaformer_xt']['normalization']
 
 def test_crossover_is_the_size_from_which_the_baseline_stays_faster():
     def row(model, side, batch, ms):

@@ -4,6 +4,9 @@ its callees') summed by class. On the CPU that is CPU time; on CUDA it is GPU ti
 launched, with 'unattributed kernels' for kernel time the profiler tied to no operator, and 'total' the time the
 GPU was busy (against the call's wall time, what is left is the GPU waiting on the CPU to launch work).
 
+A model compiled with :data:`KERNEL_PROFILE` (inductor's ``cpp.enable_kernel_profile``) shows its generated CPU
+kernels too, as 'compiled kernels (inductor)'; compiled without it, their time is in no class.
+
 Profiling adds a few microseconds per operator, so a model of many small operators reads a little slower here
 than in a plain timing; the classes' shares are what to compare.
 """
@@ -13,10 +16,16 @@ import torch
 from torch.autograd import DeviceType
 from torch.profiler import ProfilerActivity, profile
 
-__all__ = ['OP_CLASSES', 'op_class', 'class_times']
+__all__ = ['KERNEL_PROFILE', 'OP_CLASSES', 'op_class', 'class_times']
+
+# torch.compile's option that records each of inductor's generated CPU kernels for the profiler.
+KERNEL_PROFILE = {'cpp.enable_kernel_profile': True}
 
 # (class, name fragments of ATen operators), first match wins; an operator matching none is 'other'.
+# A compiled model's own CPU kernels are named for what inductor fused into them (``cpp_fused_add_gelu_...``): their
+# class comes first, before the fragments of those names match an ATen class.
 OP_CLASSES: Tuple[Tuple[str, Tuple[str, ...]], ...] = (
+    ('compiled kernels (inductor)', ('cpp_fused',)),
     ('attention (fused NaLa kernel)', ('nala_attention',)),
     ('attention (fused softmax)', ('scaled_dot_product', 'flash_attention', 'efficient_attention')),
     ('softmax', ('softmax',)),

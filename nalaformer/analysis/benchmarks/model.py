@@ -34,7 +34,7 @@ from ..grids import parse_size
 from ..memory import add_worker_memory, free_memory, malloc_setting, memory_env, tune_malloc, worker_memory
 from ..models import ModelSpec, OnnxRuntimeModel, create_model, parse_entry
 from ..plots import measured, panels, save_figure, wrapped_title
-from ..profiles import class_times
+from ..profiles import KERNEL_PROFILE, class_times
 from ..release import load_release, release_model
 from ..results import add_ratios, format_optional, markdown_table, write_report
 from ..steps import ModelStep, backend_context, loss_summary
@@ -103,14 +103,15 @@ def add_arguments(parser: argparse.ArgumentParser):
 
 def make_step(spec: ModelSpec, size: Tuple[int, int], batch: int, mode: str, device: torch.device,
               implementation: Optional[str] = None, release_file: Optional[Path] = None,
-              amp: str = 'none') -> ModelStep:
+              amp: str = 'none', profiled: bool = False) -> ModelStep:
     """Build ``spec`` for ``size`` (H, W) with a random (batch, 3, H, W) input; return one iteration.
 
     ``implementation``: None (as built), 'torch' / 'fused' / 'reference' (our model on that NaLa backend), 'release',
     'compiled', 'frozen' (compiled with inductor's freezing, for inference), 'onnx' (ONNX Runtime, inference on the
     CPU), 'deploy' (reparameterized for inference) or
     'outofplace' (inference without in-place element-wise work).
-    Training: cross-entropy on random labels, AdamW.
+    Training: cross-entropy on random labels, AdamW. ``profiled``: a compiled model records each of its generated
+    kernels for the profiler (:data:`~nalaformer.analysis.profiles.KERNEL_PROFILE`).
     """
     torch.manual_seed(0)
     model = create_model(spec, img_size=size)
@@ -122,7 +123,8 @@ def make_step(spec: ModelSpec, size: Tuple[int, int], batch: int, mode: str, dev
     if implementation in ('compiled', 'frozen'):
         # Static shapes: each size gets its own compiled code, as a user compiling for one input size would have
         # (dynamo would otherwise recompile the second size with dynamic shapes).
-        model.compile(dynamic=False, options=dict(freezing=True) if implementation == 'frozen' else None)
+        options = dict(freezing=implementation == 'frozen', **(KERNEL_PROFILE if profiled else {}))
+        model.compile(dynamic=False, options=options)
     x = torch.randn(batch, 3, *size, device=device)
     if implementation == 'onnx':
         model = OnnxRuntimeModel(model, x)
@@ -207,7 +209,7 @@ def run(args: argparse.Namespace) -> Dict:
     results = []
     for size, batch in zip(sizes, batches):
         builders = {spec.label: (lambda spec=spec, implementation=implementation: make_step(
-            spec, size, batch, args.mode, device, implementation, args.release_file, args.amp))
+            spec, size, batch, args.mode, device, implementation, args.release_file, args.amp, args.profile))
             for spec, implementation in specs}
         timing = time_steps(builders, device, args.warmup, args.repeats, args.keep_going,
                             f'{size[0]}x{size[1]} b{batch}')
