@@ -245,7 +245,6 @@ def test_profile_gives_each_row_its_time_per_operator_class(tool, tmp_path, caps
     assert '| model | size | batch | GMACs | GMACs/s | profiled ms | ' in capsys.readouterr().out
 
 
-
 @pytest.mark.slow
 def test_profile_of_a_compiled_model_shows_its_generated_kernels(tool, tmp_path):
     out_json = tmp_path / 'profile.json'
@@ -258,6 +257,7 @@ def test_profile_of_a_compiled_model_shows_its_generated_kernels(tool, tmp_path)
     # what inductor fused (GELU, the norms) runs in its kernels, not as ATen operators
     assert rows['nalaformer_xt']['activation'] > 0 and 'normalization' in rows['nalaformer_xt']
     assert rows['compiled:nalaformer_xt'].get('normalization', 0) < rows['nalaformer_xt']['normalization']
+
 
 def test_crossover_is_the_size_from_which_the_baseline_stays_faster():
     def row(model, side, batch, ms):

@@ -306,8 +306,9 @@ def plot(report: Dict, path: Path):
         picked = {slot: [run_of.get((size, mode, amp, slot), {}) for size in sizes] for slot in slots}
         for quantity, ax in zip(quantities, row_axes):
             if quantity == 'memory':
-                memory = {s: [first_memory(partial(peak_mb, r)) for r in rs] for s, rs in picked.items()}  # measured
-                grouped_bars(ax, labels, {s: [mb for mb, _ in m] for s, m in memory.items()},  # first
+                # measured memory where there is some, else accounted
+                memory = {s: [first_memory(partial(peak_mb, r)) for r in rs] for s, rs in picked.items()}
+                grouped_bars(ax, labels, {s: [mb for mb, _ in m] for s, m in memory.items()},
                              hatches={s: ['//' if source == 'accounted' else '' for _, source in m]
                                       for s, m in memory.items()})
                 ax.set_yscale('log')
