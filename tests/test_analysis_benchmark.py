@@ -342,23 +342,69 @@ def test_backend_prefixes_run_our_model_on_that_nala_backend(monkeypatch):
     assert nalaformer.ops.nala_backend() == 'auto'
 
 
+@pytest.mark.parametrize('models, timed', [
+    (['--peers', 'xt'], ["nalaformer_xt(attn_types='nala')", 'nalaformer_xt', 'convnext_femto', 'efficientvit_b1',
+                         "release:nalaformer_xt(attn_types='nala')", 'release:nalaformer_xt']),
+    (['--models', 'convnext_femto', 'nalaformer_xt', 'fused:nalaformer_xt'],
+     ['convnext_femto', 'nalaformer_xt', 'fused:nalaformer_xt', 'release:nalaformer_xt']),
+    (['--models', 'nalaformer_xt', "release:nalaformer_xt(attn_types='nala')"],
+     ['nalaformer_xt', "release:nalaformer_xt(attn_types='nala')"]),
+])
+def test_release_file_times_the_release_beside_each_nalaformer_model(tool, tmp_path, models, timed):
+    """--release-file adds the release of each plain NaLaFormer entry (of --peers or --models), unless the user
+    names 'release:' models; each is timed in the same run."""
+    stand_in, out_json = tmp_path / 'NALA.py', tmp_path / 'bench.json'
+    stand_in.write_text(RELEASE_STAND_IN)
+    assert tool.main(['model', *models, '--release-file', str(stand_in), '--sizes', '32', '--repeats', '1',
+                      '--warmup', '1', '--no-memory', '--out-json', str(out_json),
+                      '--out-png', str(tmp_path / 'bench.png')]) == 0
+    report = json.loads(out_json.read_text())
+    assert [r['model'] for r in report['results']] == timed
+    assert all(r['status'] == 'ok' and r['median_ms'] > 0 for r in report['results'])
+    assert report['meta']['release_file'] == str(stand_in)
+
+
+@pytest.mark.parametrize('models, exists, message', [
+    (['--models', 'convnext_femto'], True, "--release-file: the release defines nalaformer_* models only, and none of"),
+    (['--peers', 'xt'], False, "need --release-file pointing at the release's NALA.py (got "),
+])
+def test_release_file_errors_exit_2(tool, tmp_path, models, exists, message, capfd, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # where a run that was not refused would write its report
+    release_file = tmp_path / 'NALA.py'
+    if exists:
+        release_file.write_text(RELEASE_STAND_IN)
+    assert run_tool(tool.main, ['model', *models, '--release-file', str(release_file), '--repeats', '1']) == 2
+    stderr = capfd.readouterr().err
+    assert message in stderr and 'Traceback' not in stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == (['NALA.py'] if exists else [])
+
+
 @pytest.mark.slow
 def test_release_models_need_the_release_file():
     proc = run('model', '--models', 'release:nalaformer_xt', '--sizes', '32', '--repeats', 1, '--no-memory')
     assert proc.returncode == 2 and '--release-file' in proc.stderr and 'Traceback' not in proc.stderr
 
 
+# A stand-in for the release's NALA.py (never kept here): it records what the tool builds from it and runs as a
+# classifier of the asked number of classes.
+RELEASE_STAND_IN = '''
+import torch.nn as nn
+class NALAFORMER(nn.Module):
+    def __init__(self, **kwargs):
+        super().__init__()
+        self.kwargs = kwargs
+        self.num_classes = kwargs['num_classes']
+        self.head = nn.Linear(3, self.num_classes)
+    def load_state_dict(self, state_dict, strict=True):
+        self.loaded = dict(state_dict)
+    def forward(self, x):
+        return self.head(x.mean((2, 3)))
+'''
+
+
 def test_release_model_gets_our_architecture_and_weights(tmp_path):
-    """A stand-in for the release's NALA.py (never kept here) records what the tool builds from it."""
     stand_in = tmp_path / 'NALA.py'
-    stand_in.write_text(
-        'import torch.nn as nn\n'
-        'class NALAFORMER(nn.Module):\n'
-        '    def __init__(self, **kwargs):\n'
-        '        super().__init__()\n'
-        '        self.kwargs = kwargs\n'
-        '    def load_state_dict(self, state_dict, strict=True):\n'
-        '        self.loaded = dict(state_dict)\n')
+    stand_in.write_text(RELEASE_STAND_IN)
     from nalaformer.analysis.release import release_model
     ours = create_model(ModelSpec('nalaformer_xt'))
     release = release_model(ours, stand_in)

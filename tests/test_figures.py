@@ -34,6 +34,7 @@ PEERS_TABLES = {
                                         'peers_cpu/compiled_xt.json', True, ('', 'compiled', 'frozen', 'onnx')),
     'peers S (ms per batch, median)': ('peers_cpu/infer_s.json', 'peers_cpu/train_s.json', 'peers_cpu/compiled_s.json',
                                        True, ('', 'compiled', 'frozen', 'onnx')),
+    'peers and the release (ms per batch, median)': ('peers_cpu/infer_release.json', None, None, True, ()),
     'peers S, CUDA (ms per batch, median)': ('peers_cuda/infer_s.json', None, None, False, ()),
     'peers XT, CUDA (ms per batch, median)': ('peers_cuda/infer_xt.json', None, None, False, ()),
 }
@@ -139,6 +140,14 @@ def train_ratio(model_name, peer, size):
 
 
 NALA_T = "nalaformer_t(attn_types='nala')"
+
+
+def release_run_ratios(peer, key='median_ms', sizes=(224, 512, 1024, 2048)):
+    """All-NaLa NaLaFormer-T's ``key`` over ``peer``'s per size in the run with the release beside the peers."""
+    return [model('peers_cpu/infer_release.json', NALA_T, size)[key]
+            / model('peers_cpu/infer_release.json', peer, size)[key] for size in sizes]
+
+
 FIGURES = [  # (row of the figures table or None for anywhere in README, pattern, the file's values)
     (None, r'compiled all-NaLa ([\d.]+)x its eager speed, frozen \(`--freeze`: weights folded into the graph\)\s+'
            r'([\d.]+)x, ONNX Runtime ([\d.]+)x; a second run \(`docs/peers_cpu/compiled_nala.json`, median of 9\) gave '
@@ -156,6 +165,10 @@ FIGURES = [  # (row of the figures table or None for anywhere in README, pattern
      lambda: (*(train_ratio(NALA_T, peer, size) for peer in ('swin_tiny_patch4_window7_224', 'convnext_tiny')
                 for size in (224, 512)),
               *(train_ratio('efficientvit_b2', NALA_T, size) for size in (224, 512)))),
+    (None, r"In this run all-NaLa takes ([\d.]+)-([\d.]+)x the time of the release's all-NaLa at every size, with "
+           r"([\d.]+)x its peak\s+memory at 2048, and ([\d.]+)-([\d.]+)x ConvNeXt-T's time at every size, 2048 included",
+     lambda: (*span(release_run_ratios(f'release:{NALA_T}')), *release_run_ratios(f'release:{NALA_T}', 'peak_mb', (2048,)),
+              *span(release_run_ratios('convnext_tiny')))),
     (None, r'Compiled,\s+all-NaLa XT runs ([\d.]+)x its eager speed \(frozen ([\d.]+)x\)',
      lambda: (twin_speedup('compiled_xt', 'compiled', 'xt'), twin_speedup('compiled_xt', 'frozen', 'xt'))),
     (None, r'Compiled it gains ([\d.]+)x, frozen ([\d.]+)x',

@@ -5,14 +5,20 @@ from pathlib import Path
 from types import ModuleType
 from typing import Optional
 
+import timm
 import torch.nn as nn
 
-from .models import ModelSpecError
+from .models import ModelSpec, ModelSpecError
 
-__all__ = ['RELEASE_FLAGS', 'load_release', 'release_model']
+__all__ = ['RELEASE_FLAGS', 'has_release', 'load_release', 'release_model']
 
 # Release block flags of our attention types.
 RELEASE_FLAGS = {'nala': 'l', 'softmax': 'v'}
+
+
+def has_release(spec: ModelSpec) -> bool:
+    """Whether the release defines ``spec``'s architecture: the NaLaFormer family (``nalaformer_*``) only."""
+    return spec.arch in timm.list_models(module='nalaformer')
 
 
 def load_release(path: Optional[Path]) -> ModuleType:

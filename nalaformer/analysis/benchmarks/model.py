@@ -3,7 +3,8 @@
 The models of a size are timed alternating; ratios to a baseline model. Peak memory in a fresh process per (model,
 size), weights and optimizer state included; ``extra_mb`` above the built model, optimizer and input.
 ``torch:<spec>`` / ``fused:<spec>`` / ``reference:<spec>`` run on that NaLa backend (unprefixed: the default, 'auto'),
-``release:<spec>`` the authors' model with our weights,
+``release:<spec>`` the authors' model with our weights (``--release-file``: beside each NaLaFormer model, unless
+``release:`` models are named),
 ``compiled:<spec>`` the model under torch.compile (``--compile``: each model eager and compiled; compilation happens
 in the untimed warm-up), ``frozen:<spec>`` compiled for inference with inductor's freezing (``--freeze``; the
 weights become constants of the compiled code: only for a model whose weights no longer change), ``deploy:<spec>`` the model reparameterized for inference (timm's ``reparameterize_model``;
@@ -14,6 +15,7 @@ the multiply-adds of a forward with the rate the median time gives them. Example
 
     python3 tools/analysis/benchmark.py model --sizes 224 448 896 --batch-sizes 8 4 1
     python3 tools/analysis/benchmark.py model --compile --models nalaformer_t convnext_tiny --sizes 224
+    python3 tools/analysis/benchmark.py model --peers t --release-file /path/to/NaLaFormer/NaLaformer/NALA.py
     python3 tools/analysis/benchmark.py model --device cuda --amp bf16 --mode train --sizes 224 --batch-sizes 64 \\
         --models nalaformer_t fused:nalaformer_t
 """
@@ -35,7 +37,7 @@ from ..memory import add_worker_memory, free_memory, malloc_setting, memory_env,
 from ..models import ModelSpec, OnnxRuntimeModel, create_model, parse_entry
 from ..plots import measured, panels, save_figure, wrapped_title
 from ..profiles import KERNEL_PROFILE, class_times
-from ..release import load_release, release_model
+from ..release import has_release, load_release, release_model
 from ..results import add_ratios, format_optional, markdown_table, write_report
 from ..steps import ModelStep, backend_context, loss_summary
 from ..timing import time_steps
@@ -83,7 +85,8 @@ def add_arguments(parser: argparse.ArgumentParser):
                         help='also profile one iteration of each model: self time per operator class (CPU time; '
                              'on CUDA, GPU time)')
     parser.add_argument('--release-file', type=Path, default=None,
-                        help="the authors' NALA.py (outside this repository) for 'release:<spec>' models")
+                        help="the authors' NALA.py (outside this repository): the release of each NaLaFormer model "
+                             "is timed beside it ('release:<model>'), or only the 'release:<spec>' models named")
     parser.add_argument('--baseline', default=None, help='model the ratios refer to (default: the first)')
     parser.add_argument('--sizes', nargs='+', default=['224', '448', '896'], help='input sizes: 224 or HxW')
     parser.add_argument('--batch-sizes', type=int, nargs='+', default=[1],
@@ -169,9 +172,24 @@ def growth(results: List[Dict]) -> Dict[str, List[Dict]]:
     return table
 
 
+def release_twins(models: List[str], release_file: Optional[Path]) -> List[str]:
+    """What ``--release-file`` adds to ``models``: 'release:<m>' for each plain NaLaFormer entry, none when a
+    'release:' model is named (the user chose which)."""
+    entries = [parse_entry(m) for m in models]
+    if release_file is None or any(implementation == 'release' for _, implementation in entries):
+        return []
+    twins = [f'release:{m}' for m, (spec, implementation) in zip(models, entries)
+             if implementation is None and has_release(spec)]
+    if not twins:
+        raise ConfigError(f"--release-file: the release defines nalaformer_* models only, and none of {models} is one; "
+                          "add one (e.g. --models nalaformer_t ...) or leave out --release-file")
+    return twins
+
+
 def run(args: argparse.Namespace) -> Dict:
     device = check_device(args.device)
     models = list(PEERS[args.peers] if args.peers else args.models)
+    models += release_twins(models, args.release_file)
     twins = [twin for twin, asked in zip(TWINS, (args.compile, args.freeze, args.onnx, args.deploy)) if asked]
     entries = models + [f'{twin}:{m}' for twin in twins for m in models if parse_entry(m)[1] is None]
     specs = [parse_entry(m) for m in entries]
