@@ -342,6 +342,23 @@ def test_backend_prefixes_run_our_model_on_that_nala_backend(monkeypatch):
     assert nalaformer.ops.nala_backend() == 'auto'
 
 
+# A stand-in for the release's NALA.py (never kept here): it records what the tool builds from it and runs as a
+# classifier of the asked number of classes.
+RELEASE_STAND_IN = '''
+import torch.nn as nn
+class NALAFORMER(nn.Module):
+    def __init__(self, **kwargs):
+        super().__init__()
+        self.kwargs = kwargs
+        self.num_classes = kwargs['num_classes']
+        self.head = nn.Linear(3, self.num_classes)
+    def load_state_dict(self, state_dict, strict=True):
+        self.loaded = dict(state_dict)
+    def forward(self, x):
+        return self.head(x.mean((2, 3)))
+'''
+
+
 @pytest.mark.parametrize('models, timed', [
     (['--peers', 'xt'], ["nalaformer_xt(attn_types='nala')", 'nalaformer_xt', 'convnext_femto', 'efficientvit_b1',
                          "release:nalaformer_xt(attn_types='nala')", 'release:nalaformer_xt']),
@@ -383,23 +400,6 @@ def test_release_file_errors_exit_2(tool, tmp_path, models, exists, message, cap
 def test_release_models_need_the_release_file():
     proc = run('model', '--models', 'release:nalaformer_xt', '--sizes', '32', '--repeats', 1, '--no-memory')
     assert proc.returncode == 2 and '--release-file' in proc.stderr and 'Traceback' not in proc.stderr
-
-
-# A stand-in for the release's NALA.py (never kept here): it records what the tool builds from it and runs as a
-# classifier of the asked number of classes.
-RELEASE_STAND_IN = '''
-import torch.nn as nn
-class NALAFORMER(nn.Module):
-    def __init__(self, **kwargs):
-        super().__init__()
-        self.kwargs = kwargs
-        self.num_classes = kwargs['num_classes']
-        self.head = nn.Linear(3, self.num_classes)
-    def load_state_dict(self, state_dict, strict=True):
-        self.loaded = dict(state_dict)
-    def forward(self, x):
-        return self.head(x.mean((2, 3)))
-'''
 
 
 def test_release_model_gets_our_architecture_and_weights(tmp_path):
